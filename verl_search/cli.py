@@ -1,0 +1,132 @@
+"""`verl-search` command line: `index build`, `serve`.
+
+Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
+errors (bad paths, mismatched index) into a one-line message and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+logger = logging.getLogger("verl_search")
+
+EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError)
+
+
+def _add_index_parser(sub) -> None:
+    index = sub.add_parser("index", help="build retrieval indexes")
+    index_sub = index.add_subparsers(dest="index_command", required=True)
+    build = index_sub.add_parser("build", help="build a BM25 or dense index folder from a JSONL corpus")
+    build.add_argument("--corpus", required=True, help='JSONL corpus: {"id": ..., "contents": "\\"Title\\"\\ntext"} per line')
+    build.add_argument("--out", required=True, help="output index folder (appears only when complete)")
+    build.add_argument("--retriever", choices=["bm25", "dense"], default="bm25")
+    build.add_argument("--encoder", help="dense: sentence-transformers / Hugging Face encoder folder")
+    build.add_argument("--faiss-factory", default="Flat", help="dense: faiss factory string (Flat, HNSW64, IVF4096,PQ64)")
+    build.add_argument("--batch-size", type=int, default=64, help="dense: passages per encoder pass")
+    build.add_argument("--chunk-size", type=int, default=8192, help="dense: passages encoded per chunk written to disk")
+    build.add_argument("--query-prefix", default=None, help='dense: query prefix (default: "query: " for e5, else none)')
+    build.add_argument("--passage-prefix", default=None, help='dense: passage prefix (default: "passage: " for e5)')
+    build.add_argument("--max-length", type=int, default=None, help="dense: encoder input limit in tokens")
+    build.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+
+
+def _add_serve_parser(sub) -> None:
+    serve = sub.add_parser("serve", help="serve an index over HTTP (POST /retrieve, GET /health)")
+    serve.add_argument("--index", required=True, help="index folder, or a faiss file (Search-R1 layout)")
+    serve.add_argument("--corpus", help="JSONL corpus (default: the one in the manifest; required for a faiss file)")
+    serve.add_argument("--encoder", help="encoder folder (default: the one in the manifest; required for a faiss file)")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--default-topk", type=int, default=3)
+    serve.add_argument("--max-topk", type=int, default=100)
+    serve.add_argument("--max-queries", type=int, default=512, help="most queries per request")
+    serve.add_argument("--max-query-chars", type=int, default=4096, help="longest query, in characters")
+    serve.add_argument("--no-micro-batching", action="store_true", help="search each request alone")
+    serve.add_argument("--max-batch-size", type=int, default=256, help="most queries per coalesced batch")
+    serve.add_argument("--max-wait-ms", type=float, default=2.0, help="wait for more requests, in milliseconds")
+    serve.add_argument("--cpu", action="store_true", help="keep the faiss index on the CPU even if GPUs are visible")
+    serve.add_argument("--verify-corpus", action="store_true", help="check the corpus SHA-256 against the manifest")
+    serve.add_argument("--log-level", default="info")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `verl-search` argument parser."""
+    parser = argparse.ArgumentParser(prog="verl-search", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_index_parser(sub)
+    _add_serve_parser(sub)
+    return parser
+
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    from verl_search.retrieval.index_builder import BuildOptions, build_index
+
+    options = BuildOptions(
+        retriever=args.retriever,
+        encoder=args.encoder,
+        faiss_factory=args.faiss_factory,
+        batch_size=args.batch_size,
+        chunk_size=args.chunk_size,
+        query_prefix=args.query_prefix,
+        passage_prefix=args.passage_prefix,
+        max_length=args.max_length,
+        overwrite=args.overwrite,
+    )
+    manifest = build_index(args.corpus, args.out, options)
+    logger.info("built %s index over %d passages at %s", manifest.retriever, manifest.corpus.num_passages, args.out)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from verl_search.retrieval.loader import resolve_index
+    from verl_search.server.app import create_app
+    from verl_search.server.settings import ServerSettings
+
+    spec = resolve_index(args.index, corpus=args.corpus, encoder=args.encoder, verify_corpus=args.verify_corpus,
+                         use_gpu=False if args.cpu else None)
+    settings = ServerSettings(
+        default_topk=args.default_topk,
+        max_topk=args.max_topk,
+        max_queries=args.max_queries,
+        max_query_chars=args.max_query_chars,
+        micro_batching=not args.no_micro_batching,
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+    )
+    failed: list[BaseException] = []
+
+    def stop_on_failure(exc: BaseException) -> None:
+        failed.append(exc)
+        server.should_exit = True
+
+    app = create_app(spec.load, settings, on_load_failure=stop_on_failure)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
+    server.run()
+    if failed:
+        logger.error("the index could not be loaded: %s", failed[0])
+        return 1
+    return 0
+
+
+COMMANDS = {("index", "build"): cmd_index_build, ("serve", None): cmd_serve}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `verl-search` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    command = COMMANDS[(args.command, getattr(args, f"{args.command}_command", None))]
+    try:
+        return command(args)
+    except EXPECTED_ERRORS as exc:
+        logger.error("%s", exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""BM25 retrieval on `bm25s` (pure Python + numpy/scipy sparse; no pyserini, no Java).
+
+Tokenisation follows bm25s' defaults for English: lower-casing, the regex `\\w\\w+` splitter,
+English stop words and the Snowball English stemmer (`PyStemmer`). The same settings are stored
+in the manifest and used for the corpus and for queries. Scores are Lucene-variant BM25
+(`k1=0.9, b=0.4`, the values Search-R1 / pyserini use by default).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from verl_search.retrieval.base import Hit
+from verl_search.retrieval.corpus import JsonlCorpus
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BM25_PARAMS = {"method": "lucene", "k1": 0.9, "b": 0.4, "stopwords": "en", "stemmer": "english"}
+
+
+def _require_bm25s():
+    try:
+        import bm25s
+    except ImportError as exc:  # pragma: no cover - bm25s is a base dependency
+        raise ImportError("BM25 retrieval needs bm25s: pip install bm25s PyStemmer") from exc
+    return bm25s
+
+
+def make_stemmer(language: str | None):
+    """A PyStemmer stemmer for `language` (`None` or `""` for no stemming).
+
+    Raises:
+        ImportError: if PyStemmer is missing, with the install command.
+    """
+    if not language:
+        return None
+    try:
+        import Stemmer
+    except ImportError as exc:
+        raise ImportError("BM25 stemming needs PyStemmer: pip install PyStemmer") from exc
+    return Stemmer.Stemmer(language)
+
+
+def build_bm25(texts: Iterable[str], out_dir: str | os.PathLike, params: dict | None = None) -> dict:
+    """Index `texts` (passage `contents`, in corpus row order) with bm25s and save to `out_dir`.
+
+    Memory: bm25s holds the tokenised corpus while indexing (about 1 GB per million passages).
+
+    Returns:
+        the parameters used (stored in the manifest).
+    """
+    bm25s = _require_bm25s()
+    params = {**DEFAULT_BM25_PARAMS, **(params or {})}
+    tokens = bm25s.tokenize(
+        list(texts), stopwords=params["stopwords"], stemmer=make_stemmer(params["stemmer"]), show_progress=True
+    )
+    model = bm25s.BM25(method=params["method"], k1=params["k1"], b=params["b"])
+    model.index(tokens, show_progress=True)
+    model.save(str(out_dir), show_progress=False)
+    return params
+
+
+class BM25Retriever:
+    """Batch BM25 search over a bm25s index folder and a `JsonlCorpus`.
+
+    Args:
+        index_dir: the folder `bm25s.BM25.save` wrote; loaded memory-mapped (`mmap=True`), so
+            the score matrix stays on disk until pages are touched.
+        corpus: passage lookup by row.
+        params: tokenisation parameters from the manifest (`DEFAULT_BM25_PARAMS` if omitted).
+        n_threads: bm25s scoring threads (0: the calling thread only).
+
+    Raises:
+        ValueError: if the index and the corpus differ in number of passages.
+    """
+
+    kind = "bm25"
+
+    def __init__(self, index_dir: str | os.PathLike, corpus: JsonlCorpus, params: dict | None = None, n_threads: int = 0):
+        bm25s = _require_bm25s()
+        self.params = {**DEFAULT_BM25_PARAMS, **(params or {})}
+        self._model = bm25s.BM25.load(str(Path(index_dir)), mmap=True, show_progress=False)
+        self._vocab = self._model.vocab_dict
+        self._stemmer = make_stemmer(self.params["stemmer"])
+        self.corpus = corpus
+        self.num_passages = int(self._model.scores["num_docs"])
+        self.n_threads = n_threads
+        if self.num_passages != len(corpus):
+            raise ValueError(
+                f"BM25 index {index_dir} has {self.num_passages} passages but corpus {corpus.path} has "
+                f"{len(corpus)}; rebuild the index over this corpus"
+            )
+
+    def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
+        """Top-`topk` passages for each query (see `Retriever.search`); BM25 scores, best first."""
+        if topk < 1:
+            raise ValueError(f"topk must be >= 1, got {topk}")
+        bm25s = _require_bm25s()
+        k = min(topk, self.num_passages)
+        results: list[list[Hit]] = [[] for _ in queries]
+        tokens = bm25s.tokenize(
+            queries, stopwords=self.params["stopwords"], stemmer=self._stemmer, return_ids=False, show_progress=False
+        )
+        # Queries with no term in the vocabulary would score every passage 0: they get no hits.
+        known = [i for i, terms in enumerate(tokens) if any(t in self._vocab for t in terms)]
+        if not known:
+            return results
+        rows, scores = self._model.retrieve(
+            [tokens[i] for i in known], k=k, show_progress=False, n_threads=self.n_threads
+        )
+        for position, query_index in enumerate(known):
+            hits = []
+            for row, score in zip(rows[position].tolist(), scores[position].tolist()):
+                if score <= 0.0:
+                    break
+                hits.append(Hit(passage=self.corpus.get(int(row)), score=float(score)))
+            results[query_index] = hits
+        return results
+
+

@@ -1,0 +1,109 @@
+"""Sentence encoder for dense retrieval, on sentence-transformers.
+
+Any sentence-transformers folder or plain Hugging Face encoder folder works. A plain HF folder
+gets sentence-transformers' default head: mean pooling over the last hidden state, which is what
+e5 needs. Prefixes follow the model family: e5 (`intfloat/e5-*`, used by Search-R1 with wiki-18)
+expects `"query: "` before queries and `"passage: "` before passages; models without prefixes
+(MiniLM, ...) get none. `default_prefixes` picks them from the folder name; pass them explicitly
+to override.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+E5_QUERY_PREFIX = "query: "
+E5_PASSAGE_PREFIX = "passage: "
+
+
+def default_prefixes(encoder_path: str | os.PathLike) -> tuple[str, str]:
+    """`("query: ", "passage: ")` for an e5 folder (name contains `e5`), else `("", "")`.
+
+    >>> default_prefixes("/models/e5-base-v2")
+    ('query: ', 'passage: ')
+    >>> default_prefixes("/models/all-MiniLM-L6-v2")
+    ('', '')
+    """
+    name = Path(encoder_path).name.lower()
+    if "e5" in name.replace("_", "-").split("-"):
+        return E5_QUERY_PREFIX, E5_PASSAGE_PREFIX
+    return "", ""
+
+
+def default_device() -> str:
+    """`"cuda"` when torch sees a GPU, else `"cpu"`."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class SentenceEncoder:
+    """Encode queries and passages into float32 vectors, shape `(n, dim)`.
+
+    Args:
+        path: a local model folder (nothing is fetched from a hub).
+        query_prefix, passage_prefix: strings put before each query / passage; `None` picks
+            `default_prefixes(path)`.
+        normalize: L2-normalise vectors (cosine similarity as inner product). Default True.
+        max_length: truncate inputs to this many tokens (default: the model's own limit).
+        device: `"cpu"`, `"cuda"`, ...; default `default_device()`.
+        batch_size: texts per forward pass.
+
+    Raises:
+        FileNotFoundError: if `path` is not a folder.
+        ImportError: if sentence-transformers is missing, with the install command.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
+        normalize: bool = True,
+        max_length: int | None = None,
+        device: str | None = None,
+        batch_size: int = 64,
+    ):
+        folder = Path(path)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"encoder folder {folder} does not exist; pass a local model folder with --encoder")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ImportError('dense retrieval needs sentence-transformers: pip install "verl-search[dense]"') from exc
+        default_query, default_passage = default_prefixes(folder)
+        self.path = str(folder)
+        self.query_prefix = default_query if query_prefix is None else query_prefix
+        self.passage_prefix = default_passage if passage_prefix is None else passage_prefix
+        self.normalize = normalize
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(self.path, device=device or default_device(), local_files_only=True)
+        if max_length is not None:
+            self._model.max_seq_length = max_length
+        self.max_length = self._model.max_seq_length
+        self.dim = int(self._model.get_embedding_dimension())
+
+    def _encode(self, texts: list[str], prefix: str, show_progress: bool = False) -> np.ndarray:
+        vectors = self._model.encode(
+            texts,
+            prompt=prefix or None,
+            batch_size=self.batch_size,
+            normalize_embeddings=self.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=show_progress,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        """Vectors for `queries` (with `query_prefix`), shape `(len(queries), dim)`, float32."""
+        return self._encode(queries, self.query_prefix)
+
+    def encode_passages(self, passages: list[str], show_progress: bool = False) -> np.ndarray:
+        """Vectors for passage `contents` (with `passage_prefix`), shape `(len(passages), dim)`."""
+        return self._encode(passages, self.passage_prefix, show_progress)

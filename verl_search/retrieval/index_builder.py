@@ -1,0 +1,186 @@
+"""`verl-search index build`: build a BM25 or dense index folder from a JSONL corpus.
+
+The folder appears only when complete: everything is written into a hidden sibling
+`.NAME.partial-PID/` and renamed to `NAME` at the end (a rename within one file system is
+atomic), with `manifest.json` written last. A killed build leaves only the partial folder, which
+never loads (it has no manifest under the requested name).
+
+Dense builds encode the corpus in chunks of `chunk_size` passages and write each chunk's vectors
+straight to a memory-mapped `.npy` file on disk, so the encoder's peak memory is one chunk, not
+the corpus; faiss then trains (for IVF/PQ factories, on a random sample) and adds the vectors
+chunk by chunk. The on-disk embeddings are deleted when the index is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from verl_search.retrieval.bm25 import DEFAULT_BM25_PARAMS, build_bm25
+from verl_search.retrieval.corpus import iter_passages, scan_corpus
+from verl_search.retrieval.dense import require_faiss
+from verl_search.retrieval.encoder import SentenceEncoder
+from verl_search.retrieval.manifest import (
+    BM25_DIR,
+    FAISS_NAME,
+    OFFSETS_NAME,
+    CorpusInfo,
+    EncoderInfo,
+    Manifest,
+    encoder_fingerprint,
+)
+
+logger = logging.getLogger(__name__)
+
+EMBEDDINGS_NAME = "embeddings.f32.npy"
+
+
+@dataclass
+class BuildOptions:
+    """Options of `build_index`.
+
+    Attributes:
+        retriever: `"bm25"` or `"dense"`.
+        encoder: encoder folder (dense only).
+        faiss_factory: faiss factory string, e.g. `"Flat"` (exact, default), `"HNSW64"`,
+            `"IVF4096,PQ64"`; always inner-product metric.
+        batch_size: passages per encoder forward pass.
+        chunk_size: passages encoded and written to disk at a time (bounds peak memory).
+        train_size: vectors sampled to train IVF/PQ indexes (ignored for Flat/HNSW).
+        query_prefix, passage_prefix: encoder prefixes; `None` = the model family's default.
+        max_length: encoder input limit in tokens (default: the model's own).
+        overwrite: replace an existing output folder.
+        seed: random seed for the training sample.
+    """
+
+    retriever: Literal["bm25", "dense"] = "bm25"
+    encoder: str | None = None
+    faiss_factory: str = "Flat"
+    batch_size: int = 64
+    chunk_size: int = 8192
+    train_size: int = 262_144
+    query_prefix: str | None = None
+    passage_prefix: str | None = None
+    max_length: int | None = None
+    overwrite: bool = False
+    seed: int = 0
+
+
+def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, options: BuildOptions) -> Manifest:
+    """Build an index folder over `corpus_path` at `out_dir` and return its manifest.
+
+    Raises:
+        FileExistsError: if `out_dir` exists and `options.overwrite` is false.
+        FileNotFoundError: if the corpus or the encoder folder does not exist.
+        ValueError: on a bad option (unknown retriever, dense without encoder) or a malformed
+            corpus line (the error names file and line).
+    """
+    corpus_path = Path(corpus_path).resolve()
+    out_dir = Path(out_dir).resolve()
+    if options.retriever not in ("bm25", "dense"):
+        raise ValueError(f"retriever must be 'bm25' or 'dense', got {options.retriever!r}")
+    if options.retriever == "dense" and not options.encoder:
+        raise ValueError("a dense index needs --encoder PATH (a sentence-transformers or Hugging Face folder)")
+    if not corpus_path.is_file():
+        raise FileNotFoundError(f"corpus {corpus_path} does not exist")
+    if out_dir.exists() and not options.overwrite:
+        raise FileExistsError(f"{out_dir} already exists; pass --overwrite to replace it")
+
+    partial = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    try:
+        logger.info("scanning corpus %s", corpus_path)
+        offsets, sha256 = scan_corpus(corpus_path)
+        np.save(partial / OFFSETS_NAME, offsets)
+        corpus = CorpusInfo(
+            path=str(corpus_path), bytes=int(offsets[-1]), sha256=sha256, num_passages=len(offsets) - 1
+        )
+        if options.retriever == "bm25":
+            params = build_bm25((p.contents for p in iter_passages(corpus_path)), partial / BM25_DIR, DEFAULT_BM25_PARAMS)
+            manifest = Manifest(retriever="bm25", corpus=corpus, bm25=params)
+        else:
+            manifest = _build_dense(corpus_path, corpus.num_passages, partial, options)
+            manifest.corpus = corpus
+        manifest.write(partial)
+        _publish(partial, out_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    logger.info("index written to %s", out_dir)
+    return manifest
+
+
+def _build_dense(corpus_path: Path, num_passages: int, folder: Path, options: BuildOptions) -> Manifest:
+    faiss = require_faiss()
+    encoder = SentenceEncoder(
+        options.encoder,
+        query_prefix=options.query_prefix,
+        passage_prefix=options.passage_prefix,
+        max_length=options.max_length,
+        batch_size=options.batch_size,
+    )
+    embeddings_path = folder / EMBEDDINGS_NAME
+    embeddings = np.lib.format.open_memmap(embeddings_path, mode="w+", dtype=np.float32, shape=(num_passages, encoder.dim))
+    chunk: list[str] = []
+    written = 0
+    with tqdm(total=num_passages, unit="passage", desc="encoding") as progress:
+        for passage in iter_passages(corpus_path):
+            chunk.append(passage.contents)
+            if len(chunk) == options.chunk_size:
+                written = _write_chunk(embeddings, written, encoder.encode_passages(chunk), progress)
+                chunk = []
+        if chunk:
+            written = _write_chunk(embeddings, written, encoder.encode_passages(chunk), progress)
+    embeddings.flush()
+
+    index = faiss.index_factory(encoder.dim, options.faiss_factory, faiss.METRIC_INNER_PRODUCT)
+    if not index.is_trained:
+        rng = np.random.default_rng(options.seed)
+        sample_rows = np.sort(rng.choice(num_passages, size=min(num_passages, options.train_size), replace=False))
+        logger.info("training faiss %s on %d vectors", options.faiss_factory, len(sample_rows))
+        index.train(np.ascontiguousarray(embeddings[sample_rows]))
+    for start in tqdm(range(0, num_passages, options.chunk_size), unit="chunk", desc="adding to faiss"):
+        index.add(np.ascontiguousarray(embeddings[start : start + options.chunk_size]))
+    faiss.write_index(index, str(folder / FAISS_NAME))
+    del embeddings
+    embeddings_path.unlink()
+    return Manifest(
+        retriever="dense",
+        corpus=None,  # filled in by the caller
+        encoder=EncoderInfo(
+            path=str(Path(options.encoder).resolve()),
+            fingerprint=encoder_fingerprint(options.encoder),
+            dim=encoder.dim,
+            query_prefix=encoder.query_prefix,
+            passage_prefix=encoder.passage_prefix,
+            normalize=encoder.normalize,
+            max_length=encoder.max_length,
+        ),
+        faiss_factory=options.faiss_factory,
+    )
+
+
+def _write_chunk(embeddings: np.ndarray, start: int, vectors: np.ndarray, progress: tqdm) -> int:
+    embeddings[start : start + len(vectors)] = vectors
+    progress.update(len(vectors))
+    return start + len(vectors)
+
+
+def _publish(partial: Path, out_dir: Path) -> None:
+    """Move the finished folder into place; an existing one is replaced only after that."""
+    if out_dir.exists():
+        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+        os.rename(out_dir, old)
+        os.rename(partial, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(partial, out_dir)

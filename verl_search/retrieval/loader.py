@@ -1,0 +1,201 @@
+"""Open an index for serving: our index folders, or Search-R1's published layout as it is.
+
+Two layouts are accepted:
+
+* an index folder written by `verl-search index build` (`manifest.json` inside); the corpus and
+  encoder default to the ones recorded in the manifest and are checked against it;
+* Search-R1's published files, unchanged: a faiss file (`e5_Flat.index`) plus the JSONL corpus
+  (`wiki-18.jsonl`) and an encoder folder (`intfloat/e5-base-v2`), given explicitly. Its corpus
+  offset table is computed once and cached under `$VERL_SEARCH_CACHE`
+  (default `~/.cache/verl_search`).
+
+`resolve_index` does every cheap check (files exist, corpus size, encoder fingerprint) so a
+mistake fails before a server binds its port; `IndexSpec.load` then does the slow part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from verl_search.retrieval.base import Retriever
+from verl_search.retrieval.corpus import JsonlCorpus, file_sha256, scan_corpus
+from verl_search.retrieval.manifest import (
+    BM25_DIR,
+    FAISS_NAME,
+    MANIFEST_NAME,
+    OFFSETS_NAME,
+    IndexMismatchError,
+    Manifest,
+    check_encoder_matches,
+    encoder_fingerprint,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexSpec:
+    """Everything needed to load a retriever, already checked.
+
+    Attributes:
+        kind: `"bm25"` or `"dense"`.
+        index_path: the index folder, or the faiss file for the Search-R1 layout.
+        corpus_path: the JSONL corpus.
+        offsets_path: its offset table (`.npy`), or `None` to compute it.
+        encoder_path, query_prefix, passage_prefix, normalize, max_length: dense only.
+        manifest: the index's manifest (`None` for the Search-R1 layout).
+        use_gpu: `None` = GPUs when faiss sees some (see `load_faiss_index`).
+        bm25_threads: bm25s scoring threads.
+    """
+
+    kind: str
+    index_path: Path
+    corpus_path: Path
+    offsets_path: Path | None = None
+    encoder_path: str | None = None
+    query_prefix: str | None = None
+    passage_prefix: str | None = None
+    normalize: bool = True
+    max_length: int | None = None
+    manifest: Manifest | None = None
+    use_gpu: bool | None = None
+    bm25_threads: int = 0
+
+    def load(self) -> Retriever:
+        """Load the retriever (slow: reads the index, loads the encoder).
+
+        Raises:
+            ValueError: if the index, encoder and corpus disagree (dimension, number of rows).
+        """
+        offsets = np.load(self.offsets_path, mmap_mode="r") if self.offsets_path else _cached_offsets(self.corpus_path)
+        corpus = JsonlCorpus(self.corpus_path, offsets)
+        if self.kind == "bm25":
+            from verl_search.retrieval.bm25 import BM25Retriever
+
+            params = self.manifest.bm25 if self.manifest else None
+            return BM25Retriever(self.index_path / BM25_DIR, corpus, params, n_threads=self.bm25_threads)
+        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index
+        from verl_search.retrieval.encoder import SentenceEncoder
+
+        encoder = SentenceEncoder(
+            self.encoder_path,
+            query_prefix=self.query_prefix,
+            passage_prefix=self.passage_prefix,
+            normalize=self.normalize,
+            max_length=self.max_length,
+        )
+        faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
+        return DenseRetriever(load_faiss_index(faiss_file, use_gpu=self.use_gpu), encoder, corpus)
+
+
+def resolve_index(
+    index: str | os.PathLike,
+    corpus: str | os.PathLike | None = None,
+    encoder: str | os.PathLike | None = None,
+    verify_corpus: bool = False,
+    use_gpu: bool | None = None,
+    query_prefix: str | None = None,
+    passage_prefix: str | None = None,
+) -> IndexSpec:
+    """Check an index and what it will be served with; return an `IndexSpec` to load it.
+
+    Args:
+        index: an index folder (with `manifest.json`) or a faiss file (Search-R1 layout).
+        corpus: the JSONL corpus; default: the manifest's. Required for a faiss file.
+        encoder: the encoder folder; default: the manifest's. Required for a faiss file.
+        verify_corpus: also compare the corpus SHA-256 with the manifest (reads the whole file).
+        use_gpu: see `load_faiss_index`.
+        query_prefix, passage_prefix: override the encoder prefixes (Search-R1 layout only;
+            default: e5 prefixes for an e5 folder).
+
+    Raises:
+        FileNotFoundError: a path does not exist, or the folder is not a finished index.
+        IndexMismatchError: the corpus or encoder is not the one the index was built with.
+    """
+    index_path = Path(index).resolve()
+    if not index_path.exists():
+        raise FileNotFoundError(f"index {index_path} does not exist; build one with `verl-search index build`")
+    if index_path.is_file():
+        return _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix)
+
+    manifest = Manifest.read(index_path)
+    corpus_path = Path(corpus or manifest.corpus.path).resolve()
+    if not corpus_path.is_file():
+        raise FileNotFoundError(
+            f"corpus {corpus_path} (recorded in {index_path / MANIFEST_NAME}) does not exist; pass --corpus PATH"
+        )
+    size = corpus_path.stat().st_size
+    if size != manifest.corpus.bytes:
+        raise IndexMismatchError(
+            f"corpus {corpus_path} is {size} bytes but the index was built over {manifest.corpus.bytes} bytes "
+            f"({manifest.corpus.path}); pass the original corpus or rebuild the index"
+        )
+    if verify_corpus and file_sha256(corpus_path) != manifest.corpus.sha256:
+        raise IndexMismatchError(f"corpus {corpus_path} has another SHA-256 than the index's corpus; rebuild the index")
+    spec = IndexSpec(
+        kind=manifest.retriever,
+        index_path=index_path,
+        corpus_path=corpus_path,
+        offsets_path=index_path / OFFSETS_NAME,
+        manifest=manifest,
+        use_gpu=use_gpu,
+    )
+    if manifest.retriever == "dense":
+        built = manifest.encoder
+        encoder_path = Path(encoder or built.path)
+        if not encoder_path.is_dir():
+            raise FileNotFoundError(
+                f"encoder folder {encoder_path} (recorded in the manifest) does not exist; pass --encoder PATH"
+            )
+        check_encoder_matches(manifest, encoder_path, built.dim)
+        spec.encoder_path = str(encoder_path)
+        spec.query_prefix, spec.passage_prefix = built.query_prefix, built.passage_prefix
+        spec.normalize, spec.max_length = built.normalize, built.max_length
+    return spec
+
+
+def _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix) -> IndexSpec:
+    if corpus is None or encoder is None:
+        raise ValueError(
+            f"{index_path} is a bare faiss file (Search-R1 layout): pass --corpus wiki-18.jsonl and "
+            "--encoder PATH (the encoder the index was built with, e.g. e5-base-v2)"
+        )
+    corpus_path = Path(corpus).resolve()
+    if not corpus_path.is_file():
+        raise FileNotFoundError(f"corpus {corpus_path} does not exist")
+    encoder_fingerprint(encoder)  # a folder with config.json, or FileNotFoundError now
+    return IndexSpec(
+        kind="dense",
+        index_path=index_path,
+        corpus_path=corpus_path,
+        encoder_path=str(encoder),
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        use_gpu=use_gpu,
+    )
+
+
+def _cached_offsets(corpus_path: Path) -> np.ndarray:
+    """The corpus offset table, from the cache or by one scan (then cached)."""
+    stat = corpus_path.stat()
+    key = hashlib.sha256(f"{corpus_path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
+    cache_dir = Path(os.environ.get("VERL_SEARCH_CACHE", Path.home() / ".cache" / "verl_search"))
+    cached = cache_dir / f"offsets-{key}.npy"
+    if cached.is_file():
+        return np.load(cached, mmap_mode="r")
+    logger.info("scanning %s once to build its offset table (cached in %s)", corpus_path, cache_dir)
+    offsets, _ = scan_corpus(corpus_path)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".tmp-{os.getpid()}.npy")
+        np.save(tmp, offsets)
+        os.replace(tmp, cached)
+    except OSError as exc:
+        logger.warning("could not cache the offset table in %s: %s", cache_dir, exc)
+    return offsets

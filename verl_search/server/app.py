@@ -1,0 +1,149 @@
+"""The retrieval service: `create_app(settings, retriever)` returns a FastAPI app.
+
+Nothing loads on import. The retriever (or a function that loads it) is handed to `create_app`;
+a loader runs in a background thread started by the app's lifespan, so `GET /health` answers
+`loading` (HTTP 503) until the index is in memory and `ready` (200) after, and a trainer that
+waits for `/health` never starts against a half-loaded server. Routes get the micro-batcher
+through `Depends(get_batcher)` (tests may override it).
+
+Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, and the
+OpenAPI page at `/docs`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Union
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from verl_search.retrieval.base import Hit, Retriever
+from verl_search.server.batcher import MicroBatcher
+from verl_search.server.schemas import HealthResponse, RetrieveRequest, RetrieveResponse
+from verl_search.server.settings import ServerSettings
+
+logger = logging.getLogger(__name__)
+
+RetrieverSource = Union[Retriever, Callable[[], Retriever]]
+
+
+class _Service:
+    """Load state of one app: `status` is `loading`, `ready` or `failed`."""
+
+    def __init__(self, settings: ServerSettings):
+        self.settings = settings
+        self.status = "loading"
+        self.error: str | None = None
+        self.retriever: Retriever | None = None
+        self.batcher: MicroBatcher | None = None
+
+    def load(self, source: RetrieverSource, on_failure: Callable[[BaseException], None] | None) -> None:
+        try:
+            retriever = source() if callable(source) and not isinstance(source, Retriever) else source
+            self.batcher = MicroBatcher(
+                retriever,
+                micro_batching=self.settings.micro_batching,
+                max_batch_size=self.settings.max_batch_size,
+                max_wait_ms=self.settings.max_wait_ms,
+            )
+            self.retriever = retriever
+            self.status = "ready"
+            logger.info("index ready: %s retriever, %d passages", retriever.kind, retriever.num_passages)
+        except BaseException as exc:
+            self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
+            logger.error("loading the index failed: %s", self.error)
+            if on_failure is not None:
+                on_failure(exc)
+
+
+def _hits_payload(hits: list[list[Hit]], return_scores: bool) -> list[list[dict]]:
+    if return_scores:
+        return [
+            [{"document": {"id": h.passage.id, "contents": h.passage.contents}, "score": h.score} for h in row]
+            for row in hits
+        ]
+    return [[{"id": h.passage.id, "contents": h.passage.contents} for h in row] for row in hits]
+
+
+def _unprocessable(field: str, message: str) -> HTTPException:
+    """A 422 shaped like FastAPI's own validation errors, naming the field."""
+    return HTTPException(status_code=422, detail=[{"loc": ["body", field], "msg": message, "type": "value_error"}])
+
+
+def create_app(
+    retriever: RetrieverSource,
+    settings: ServerSettings | None = None,
+    on_load_failure: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
+    """Build the retrieval app.
+
+    Args:
+        retriever: a loaded `Retriever`, or a zero-argument function that loads one (run in a
+            background thread at startup, e.g. `IndexSpec.load`).
+        settings: limits and batching (default `ServerSettings()`).
+        on_load_failure: called with the exception if loading fails (the CLI stops the server).
+
+    Returns:
+        a FastAPI app; serve it with uvicorn.
+    """
+    settings = settings or ServerSettings()
+    service = _Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loader = threading.Thread(target=service.load, args=(retriever, on_load_failure), name="index-loader", daemon=True)
+        loader.start()
+        yield
+        if service.batcher is not None:
+            service.batcher.close()
+
+    app = FastAPI(
+        title="verl-search retrieval service",
+        description="Search-R1-compatible passage retrieval (BM25 or dense faiss) with cross-request micro-batching.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+
+    def get_batcher(request: Request) -> MicroBatcher:
+        current: _Service = request.app.state.service
+        if current.status != "ready":
+            detail = f"index {current.status}" + (f": {current.error}" if current.error else "; retry after /health is ready")
+            raise HTTPException(status_code=503, detail=detail, headers={"Retry-After": "1"})
+        return current.batcher
+
+    app.state.get_batcher = get_batcher
+
+    @app.post("/retrieve", response_model=RetrieveResponse)
+    async def retrieve(body: RetrieveRequest, batcher: MicroBatcher = Depends(get_batcher)):
+        """Top-k passages for each query. Blank queries get an empty list. 422 on bad input."""
+        topk = settings.default_topk if body.topk is None else body.topk
+        if topk > settings.max_topk:
+            raise _unprocessable("topk", f"topk is {topk}; this server allows at most max_topk={settings.max_topk}")
+        if len(body.queries) > settings.max_queries:
+            raise _unprocessable(
+                "queries",
+                f"{len(body.queries)} queries in one request; at most max_queries={settings.max_queries}: split the request",
+            )
+        for position, query in enumerate(body.queries):
+            if len(query) > settings.max_query_chars:
+                raise _unprocessable(
+                    "queries",
+                    f"queries[{position}] has {len(query)} characters; at most max_query_chars={settings.max_query_chars}",
+                )
+        hits = await batcher.search(list(body.queries), topk)
+        return JSONResponse({"result": _hits_payload(hits, body.return_scores)})
+
+    @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
+    async def health():
+        """`ready` (200) once the index is loaded; `loading` or `failed` (503) before."""
+        body = HealthResponse(status=service.status, error=service.error)
+        if service.retriever is not None:
+            body.retriever, body.num_passages = service.retriever.kind, service.retriever.num_passages
+            body.batches, body.queries = service.batcher.batches, service.batcher.queries
+        return JSONResponse(body.model_dump(), status_code=200 if service.status == "ready" else 503)
+
+    return app

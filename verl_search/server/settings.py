@@ -1,0 +1,30 @@
+"""Limits and batching knobs of the retrieval server (all validated on construction)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ServerSettings(BaseModel):
+    """Retrieval server settings.
+
+    Attributes:
+        default_topk: passages per query when a request gives no `topk` (default 3, Search-R1's).
+        max_topk: largest `topk` accepted (default 100); above it is a 422.
+        max_queries: most queries in one request (default 512); above it is a 422.
+        max_query_chars: longest query in characters (default 4096); above it is a 422.
+        micro_batching: coalesce concurrent requests into one retriever batch (default on).
+        max_batch_size: most queries in one coalesced batch (default 256). A single request
+            larger than this still runs, alone.
+        max_wait_ms: how long, in milliseconds, the batch worker waits for more requests after the
+            first one arrives (default 2 ms); requests that arrive while a batch runs are picked up
+            by the next batch without waiting.
+    """
+
+    default_topk: int = Field(default=3, ge=1)
+    max_topk: int = Field(default=100, ge=1)
+    max_queries: int = Field(default=512, ge=1)
+    max_query_chars: int = Field(default=4096, ge=1)
+    micro_batching: bool = True
+    max_batch_size: int = Field(default=256, ge=1)
+    max_wait_ms: float = Field(default=2.0, ge=0.0)
