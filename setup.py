@@ -9,8 +9,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["verl_search", "verl_search.*"]),
-    package_data={"verl_search": ["configs/*.yaml"]},
+    packages=find_packages(include=["verl_search", "verl_search.*"]) + ["verl_search.tool_configs"],
+    # tool_configs/ (verl tool YAMLs) lives at the top of the repository and installs as verl_search.tool_configs
+    package_dir={"verl_search.tool_configs": "tool_configs"},
+    package_data={"verl_search.tool_configs": ["*.yaml"], "verl_search.agent_loop": ["*.yaml"]},
     install_requires=[
         "verl==0.9.1",
         "cachetools",

@@ -89,3 +89,36 @@ def bm25_server(bm25_retriever):
 
     with ThreadServer(create_app(bm25_retriever)) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory) -> Path:
+    """A tiny randomly initialised Qwen2 (2 layers, hidden 64) with the real Qwen2.5 tokenizer.
+
+    Its generations are noise; it gives verl a real model folder (config + tokenizer + chat
+    template) and the transformers engine a real model to run.
+    """
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny_qwen2")
+    tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance (2 CPUs) for verl's reward-loop actors."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()

@@ -53,7 +53,11 @@ class SentenceEncoder:
         normalize: L2-normalise vectors (cosine similarity as inner product). Default True.
         max_length: truncate inputs to this many tokens (default: the model's own limit).
         device: `"cpu"`, `"cuda"`, ...; default `default_device()`.
-        batch_size: texts per forward pass.
+        batch_size: passages per forward pass (index building).
+        query_batch_size: queries per forward pass (default 16). Queries are sorted by length
+            and encoded in sub-batches of this size: on a CPU, one 256-query pass is about 3x
+            slower per query than 16-query passes (padding and cache misses), see
+            `benchmarks/bench_retrieval_server.py`.
 
     Raises:
         FileNotFoundError: if `path` is not a folder.
@@ -69,6 +73,7 @@ class SentenceEncoder:
         max_length: int | None = None,
         device: str | None = None,
         batch_size: int = 64,
+        query_batch_size: int = 16,
     ):
         folder = Path(path)
         if not folder.is_dir():
@@ -83,17 +88,18 @@ class SentenceEncoder:
         self.passage_prefix = default_passage if passage_prefix is None else passage_prefix
         self.normalize = normalize
         self.batch_size = batch_size
+        self.query_batch_size = query_batch_size
         self._model = SentenceTransformer(self.path, device=device or default_device(), local_files_only=True)
         if max_length is not None:
             self._model.max_seq_length = max_length
         self.max_length = self._model.max_seq_length
         self.dim = int(self._model.get_embedding_dimension())
 
-    def _encode(self, texts: list[str], prefix: str, show_progress: bool = False) -> np.ndarray:
+    def _encode(self, texts: list[str], prefix: str, batch_size: int, show_progress: bool = False) -> np.ndarray:
         vectors = self._model.encode(
             texts,
             prompt=prefix or None,
-            batch_size=self.batch_size,
+            batch_size=batch_size,
             normalize_embeddings=self.normalize,
             convert_to_numpy=True,
             show_progress_bar=show_progress,
@@ -102,8 +108,8 @@ class SentenceEncoder:
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """Vectors for `queries` (with `query_prefix`), shape `(len(queries), dim)`, float32."""
-        return self._encode(queries, self.query_prefix)
+        return self._encode(queries, self.query_prefix, self.query_batch_size)
 
     def encode_passages(self, passages: list[str], show_progress: bool = False) -> np.ndarray:
         """Vectors for passage `contents` (with `passage_prefix`), shape `(len(passages), dim)`."""
-        return self._encode(passages, self.passage_prefix, show_progress)
+        return self._encode(passages, self.passage_prefix, self.batch_size, show_progress)

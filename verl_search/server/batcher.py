@@ -1,8 +1,8 @@
 """Cross-request micro-batching: one worker thread owns the retriever.
 
 Every `/retrieve` request becomes a `_Job` on a queue. A single worker thread takes the first job,
-then gathers more (jobs already queued at once, then new ones for up to `max_wait_ms`) until the
-batch holds `max_batch_size` queries, and runs them as *one* `retriever.search` call: one encoder
+then gathers more (jobs already queued at once, then, under concurrent load, new ones for up to
+`max_wait_ms`) until the batch holds `max_batch_size` queries, and runs them as *one* `retriever.search` call: one encoder
 forward pass and one faiss search for many concurrent single-query tool calls. Because only this
 thread ever touches the retriever, the index is never searched from two threads at once (faiss GPU
 search is not thread safe; Search-R1's server ran it from a thread pool).
@@ -55,6 +55,7 @@ class MicroBatcher:
         self.max_wait = max_wait_ms / 1000.0
         self.batches = 0
         self.queries = 0
+        self._last_batch_jobs = 0
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="retrieval-batcher", daemon=True)
         self._thread.start()
@@ -89,9 +90,14 @@ class MicroBatcher:
                 return
 
     def _gather(self, batch: list[_Job]):
-        """Add queued jobs to `batch` up to `max_batch_size` queries; return a job that did not fit."""
+        """Add queued jobs to `batch` up to `max_batch_size` queries; return a job that did not fit.
+
+        Jobs already queued are always taken. Waiting (up to `max_wait`) for jobs not yet queued
+        only happens when the previous batch had more than one job: under concurrent load the
+        wait fills the batch, and a lone client never pays it.
+        """
         size = len(batch[0].queries)
-        deadline = time.monotonic() + self.max_wait
+        deadline = time.monotonic() + (self.max_wait if self._last_batch_jobs > 1 else 0.0)
         while size < self.max_batch_size:
             try:
                 job = self._queue.get_nowait()
@@ -111,6 +117,7 @@ class MicroBatcher:
 
     def _execute(self, batch: list[_Job]) -> None:
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        self._last_batch_jobs = len(live)
         if not live:
             return
         queries = [q for job in live for q in job.queries]

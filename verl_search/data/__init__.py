@@ -1,0 +1,1 @@
+"""Data: prompt templates and FlashRAG JSONL -> verl parquet preprocessing."""

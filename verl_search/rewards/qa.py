@@ -1,0 +1,85 @@
+"""Answer extraction and QA metrics: EM, token F1 and cover-EM with SQuAD normalisation.
+
+Normalisation follows Search-R1 (`verl/utils/reward_score/qa_em.py`, from the SQuAD v1.1
+evaluation script): lower-case, drop punctuation, drop the articles a/an/the, collapse spaces.
+A prediction is scored against every gold alias and the best alias counts.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+# Text that came from the environment, not from the model: never scored.
+_RETRIEVED = re.compile(r"<(information|tool_response)>.*?(</\1>|$)", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation.
+
+    >>> normalize_answer("  The Eiffel-Tower! ")
+    'eiffeltower'
+    """
+    text = text.lower().translate(_PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def strip_retrieved(response: str) -> str:
+    """The response without `<information>...</information>` / `<tool_response>...</tool_response>`
+    blocks (an unclosed block runs to the end): what the model itself wrote."""
+    return _RETRIEVED.sub(" ", response)
+
+
+def extract_answer(response: str) -> str | None:
+    """The last `<answer>...</answer>` the model wrote, stripped; `None` if there is none.
+
+    Only the response is given (verl's reward loop decodes the response tokens, not the prompt),
+    so one answer tag suffices. Search-R1's `extract_solution` scores prompt + response and
+    therefore needs two tags (the prompt's example `<answer> Beijing </answer>` is the first;
+    Search-R1 issue #79); that rule would reject every correct response here.
+
+    >>> extract_answer("<think>..</think><answer> Paris </answer>")
+    'Paris'
+    >>> extract_answer("<information><answer>leak</answer></information>") is None
+    True
+    """
+    matches = _ANSWER.findall(strip_retrieved(response))
+    return matches[-1].strip() if matches else None
+
+
+def count_answers(response: str) -> int:
+    """How many `<answer>` blocks the model wrote (retrieved text excluded)."""
+    return len(_ANSWER.findall(strip_retrieved(response)))
+
+
+def exact_match(prediction: str, golds: Iterable[str]) -> float:
+    """1.0 if the normalised prediction equals a normalised gold alias, else 0.0."""
+    normalized = normalize_answer(prediction)
+    return float(any(normalized == normalize_answer(g) for g in golds))
+
+
+def cover_exact_match(prediction: str, golds: Iterable[str]) -> float:
+    """1.0 if a normalised gold alias occurs inside the normalised prediction (Search-R1's
+    `subem_check`), else 0.0."""
+    normalized = normalize_answer(prediction)
+    return float(any(normalize_answer(g) and normalize_answer(g) in normalized for g in golds))
+
+
+def f1_score(prediction: str, golds: Iterable[str]) -> float:
+    """Best token-level F1 between the prediction and a gold alias (SQuAD), in [0, 1]."""
+    prediction_tokens = normalize_answer(prediction).split()
+    best = 0.0
+    for gold in golds:
+        gold_tokens = normalize_answer(gold).split()
+        common = Counter(prediction_tokens) & Counter(gold_tokens)
+        overlap = sum(common.values())
+        if overlap == 0:
+            continue
+        precision, recall = overlap / len(prediction_tokens), overlap / len(gold_tokens)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best

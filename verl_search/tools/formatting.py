@@ -1,0 +1,76 @@
+"""Turn retrieved documents into the observation text the model reads.
+
+The format is Search-R1's (`search_r1/llm_agent/generation.py`, `_passages2string`), plain text,
+one line per passage, the title line kept as it is in the corpus (with its quotes)::
+
+    Doc 1(Title: "Paris") Paris is the capital and most populous city of France.
+    Doc 2(Title: "France") ...
+
+Several queries in one call get a header each and are separated by a `---` line. Length limits
+are in characters and never cut a passage in the middle of the observation: passages that do not
+fit are left out whole, and the text says how many were left out.
+"""
+
+from __future__ import annotations
+
+
+def format_passage(index: int, document: dict, max_chars: int | None = None) -> str:
+    """`Doc {index}(Title: {title}) {text}`; the text is cut to `max_chars` characters (then `...`).
+
+    >>> format_passage(1, {"id": "7", "contents": '"Paris"\\nCapital of France.'})
+    'Doc 1(Title: "Paris") Capital of France.'
+    """
+    contents = document.get("contents", "")
+    title, _, text = contents.partition("\n")
+    if max_chars is not None and len(text) > max_chars:
+        text = text[:max_chars].rstrip() + "..."
+    return f"Doc {index}(Title: {title}) {text}"
+
+
+def format_results(
+    queries: list[str],
+    hits: list[list[dict]],
+    max_chars_per_passage: int | None = None,
+    max_observation_chars: int | None = None,
+) -> tuple[str, bool]:
+    """Format the documents of one search call.
+
+    Args:
+        queries: the queries, in order (headers are only written for two or more).
+        hits: `hits[i]` the documents (`{"id", "contents"}`) of `queries[i]`.
+        max_chars_per_passage: cut each passage's text to this many characters (None: no cut).
+        max_observation_chars: total budget in characters; whole passages beyond it are left out
+            and a closing line says so (None: no budget).
+
+    Returns:
+        `(text, truncated)`.
+    """
+    blocks = []
+    for query, documents in zip(queries, hits):
+        lines = [f'Results for "{query}":'] if len(queries) > 1 else []
+        lines += [format_passage(i + 1, doc, max_chars_per_passage) for i, doc in enumerate(documents)]
+        if not documents:
+            lines.append("No passages found.")
+        blocks.append("\n".join(lines))
+    text = "\n---\n".join(blocks)
+    if max_observation_chars is None or len(text) <= max_observation_chars:
+        return text, False
+
+    # Keep whole lines (passages) in order while they fit, leaving room for the closing note.
+    budget = max_observation_chars - len(_truncation_note(10**6))
+    kept, used, total_passages, kept_passages = [], 0, 0, 0
+    for line in text.split("\n"):
+        is_passage = line.startswith("Doc ")
+        total_passages += is_passage
+        if used + len(line) + 1 > budget or (is_passage and kept_passages < total_passages - 1):
+            continue
+        kept.append(line)
+        used += len(line) + 1
+        kept_passages += is_passage
+    while kept and not kept[-1].startswith("Doc "):  # no dangling header or separator
+        kept.pop()
+    return "\n".join(kept) + _truncation_note(total_passages - kept_passages), True
+
+
+def _truncation_note(dropped: int) -> str:
+    return f"\n[truncated: {dropped} more passage{'s' if dropped != 1 else ''} not shown]"

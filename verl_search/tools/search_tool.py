@@ -1,0 +1,176 @@
+"""`SearchTool`: a verl `BaseTool` that searches the retrieval service, for `ToolAgentLoop`.
+
+Register it with a tool YAML (`tool_configs/search_tool_config.yaml`)::
+
+    tools:
+      - class_name: verl_search.tools.search_tool.SearchTool
+        config: {type: native, retrieval_service_url: http://127.0.0.1:8000/retrieve, topk: 3, ...}
+        tool_schema: {type: function, function: {name: search, parameters: {... query_list ...}}}
+
+Config keys (all optional but the URL; units in brackets):
+
+| key | default | meaning |
+| --- | --- | --- |
+| `retrieval_service_url` | `http://127.0.0.1:8000/retrieve` | the `/retrieve` endpoint |
+| `topk` | 3 | passages per query (a row's `create_kwargs.topk` overrides it) |
+| `timeout` | 5 [s] | per HTTP attempt |
+| `max_retries` | 3 | retries on connection errors, timeouts and 5xx (never on 4xx) |
+| `deadline` | 20 [s] | for the whole call, retries and backoff included |
+| `max_concurrency` | 64 | requests in flight per worker event loop |
+| `max_queries` | 8 | queries accepted in one call |
+| `max_chars_per_passage` | none [characters] | cut each passage's text |
+| `max_observation_chars` | none [characters] | budget for the whole observation; whole passages are dropped, with a note. Keep it at or below verl's `multi_turn.max_tool_response_length`, which cuts blindly |
+
+Arguments the model passes: `query_list` (a list of strings), or `query` (one string). verl's
+schema model drops `items` from array parameters, so the types are checked here, in `execute`.
+
+A failure (service down, timeout, HTTP 4xx/5xx, bad arguments) never raises: the observation is
+`search failed: <reason>`, the metrics dict says so, and the trajectory's `extra_fields` count it
+(`num_searches`, `failed_searches`, `search_errors`), so the reward function and the trainer's
+metrics see it (verl passes `extra_fields` to the reward as `extra_info`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from uuid import uuid4
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+from verl_search.tools import client
+from verl_search.tools.formatting import format_results
+
+logger = logging.getLogger(__name__)
+
+TOOL_KEYS = {"type", "max_queries", "max_chars_per_passage", "max_observation_chars"}
+
+DEFAULT_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Searches Wikipedia for passages relevant to each query and returns the top passages.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query_list": {"type": "array", "description": "One or more search queries (strings)."},
+            },
+            "required": ["query_list"],
+        },
+    },
+}
+
+
+def parse_queries(parameters: Any, max_queries: int) -> list[str]:
+    """The query strings of a tool call's arguments.
+
+    Accepts `{"query_list": [str, ...]}` or `{"query": str}`; blank queries are an error.
+
+    Raises:
+        ValueError: with a message the model can act on (it becomes the observation).
+    """
+    if not isinstance(parameters, dict):
+        raise ValueError('arguments must be a JSON object such as {"query_list": ["..."]}')
+    if "query_list" in parameters:
+        queries = parameters["query_list"]
+        if isinstance(queries, str):
+            queries = [queries]
+    elif "query" in parameters:
+        queries = [parameters["query"]]
+    else:
+        raise ValueError('missing "query_list": call search with {"query_list": ["your query"]}')
+    if not isinstance(queries, list) or not queries or not all(isinstance(q, str) for q in queries):
+        raise ValueError('"query_list" must be a non-empty list of strings')
+    queries = [q.strip() for q in queries]
+    if any(not q for q in queries):
+        raise ValueError("a query is empty")
+    if len(queries) > max_queries:
+        raise ValueError(f"{len(queries)} queries in one call; at most {max_queries}")
+    return queries
+
+
+class SearchTool(BaseTool):
+    """Search tool for verl's `ToolAgentLoop` (hermes tool-call format).
+
+    Args:
+        config: the tool YAML's `config` mapping (keys in the module docstring).
+        tool_schema: the YAML's `tool_schema`; `None` uses `DEFAULT_SCHEMA`.
+
+    `__init__` only reads the config (verl builds tools in the driver, in `RLHFDataset`, and in
+    every agent-loop worker): no connection is opened until the first `execute`.
+
+    Raises:
+        ValueError: on an unknown config key or a value out of range (naming it).
+    """
+
+    def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
+        # BaseTool.__init__ only sets these three attributes, and prints the schema to stdout.
+        self.config = dict(config or {})
+        self.tool_schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
+        self.name = self.tool_schema.function.name
+        unknown = set(self.config) - TOOL_KEYS - {f for f in client.SearchClientConfig.__dataclass_fields__}
+        if unknown:
+            raise ValueError(f"SearchTool config: unknown key(s) {sorted(unknown)}; see verl_search.tools.search_tool")
+        self.client_config = client.SearchClientConfig.from_dict(self.config)
+        self.max_queries = int(self.config.get("max_queries", 8))
+        self.max_chars_per_passage = self.config.get("max_chars_per_passage")
+        self.max_observation_chars = self.config.get("max_observation_chars")
+        self._instances: dict[str, dict] = {}
+
+    def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
+        return self.tool_schema
+
+    async def create(self, instance_id: str | None = None, **kwargs) -> tuple[str, ToolResponse]:
+        """Start an instance; `create_kwargs` (from the row's `tools_kwargs`) may set `topk`."""
+        instance_id = instance_id or str(uuid4())
+        self._instances[instance_id] = dict(kwargs.get("create_kwargs") or {})
+        return instance_id, ToolResponse()
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
+        """Run one search call. Never raises for a failed search.
+
+        Returns:
+            `(ToolResponse(text=observation), 0.0, metrics)`; metrics has `num_queries`,
+            `search_failed` (0/1), `latency_s`, `attempts`, `truncated` and `error` (or None).
+        """
+        create_kwargs = self._instances.get(instance_id, {})
+        topk = int(create_kwargs.get("topk") or self.client_config.topk)
+        try:
+            queries = parse_queries(parameters, self.max_queries)
+        except ValueError as exc:
+            outcome = client.SearchOutcome(error=f"invalid arguments: {exc}")
+            queries = []
+        else:
+            outcome = await client.search(queries, self.client_config, topk=topk)
+        if outcome.ok:
+            text, truncated = format_results(queries, outcome.hits, self.max_chars_per_passage, self.max_observation_chars)
+        else:
+            text, truncated = f"search failed: {outcome.error}", False
+        record_search(kwargs.get("agent_data"), outcome)
+        metrics = {
+            "num_queries": len(queries),
+            "search_failed": int(not outcome.ok),
+            "latency_s": outcome.latency,
+            "attempts": outcome.attempts,
+            "truncated": truncated,
+            "error": outcome.error,
+        }
+        return ToolResponse(text=text), 0.0, metrics
+
+    async def release(self, instance_id: str, **kwargs) -> None:
+        self._instances.pop(instance_id, None)
+
+
+def record_search(agent_data: Any, outcome: client.SearchOutcome) -> None:
+    """Count a search in the trajectory's `extra_fields` (read by the reward and the metrics).
+
+    Keys: `num_searches`, `failed_searches` (ints) and `search_errors` (list of reasons).
+    """
+    extra = getattr(agent_data, "extra_fields", None)
+    if extra is None:
+        return
+    extra["num_searches"] = int(extra.get("num_searches", 0)) + 1
+    extra["failed_searches"] = int(extra.get("failed_searches", 0)) + int(not outcome.ok)
+    if not outcome.ok:
+        extra["search_errors"] = [*extra.get("search_errors", []), outcome.error]
