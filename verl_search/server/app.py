@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Union
@@ -29,6 +30,18 @@ from verl_search.server.settings import ServerSettings
 logger = logging.getLogger(__name__)
 
 RetrieverSource = Union[Retriever, Callable[[], Retriever]]
+ARRIVAL_KEY = "verl_search.arrival"
+
+
+class _ArrivalTime:
+    """ASGI middleware: stamp each HTTP request with `perf_counter()` when it reaches the app."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        scope[ARRIVAL_KEY] = time.perf_counter()
+        await self.app(scope, receive, send)
 
 
 class _Service:
@@ -107,6 +120,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.add_middleware(_ArrivalTime)
 
     def get_batcher(request: Request) -> MicroBatcher:
         current: _Service = request.app.state.service
@@ -118,8 +132,13 @@ def create_app(
     app.state.get_batcher = get_batcher
 
     @app.post("/retrieve", response_model=RetrieveResponse)
-    async def retrieve(body: RetrieveRequest, batcher: MicroBatcher = Depends(get_batcher)):
-        """Top-k passages for each query. Blank queries get an empty list. 422 on bad input."""
+    async def retrieve(request: Request, body: RetrieveRequest, batcher: MicroBatcher = Depends(get_batcher)):
+        """Top-k passages for each query. Blank queries get an empty list. 422 on bad input.
+
+        The `Server-Timing: retrieve;dur=<ms>` header gives the server's time for the request, from
+        its arrival at the app (before the body is read and validated) to the response, so clients
+        can tell their own overhead from the server's.
+        """
         topk = settings.default_topk if body.topk is None else body.topk
         if topk > settings.max_topk:
             raise _unprocessable("topk", f"topk is {topk}; this server allows at most max_topk={settings.max_topk}")
@@ -135,7 +154,8 @@ def create_app(
                     f"queries[{position}] has {len(query)} characters; at most max_query_chars={settings.max_query_chars}",
                 )
         hits = await batcher.search(list(body.queries), topk)
-        return JSONResponse({"result": _hits_payload(hits, body.return_scores)})
+        timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"
+        return JSONResponse({"result": _hits_payload(hits, body.return_scores)}, headers={"Server-Timing": timing})
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health():

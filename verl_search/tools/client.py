@@ -2,8 +2,11 @@
 
 One place for connection pooling, concurrency limits, retries, deadlines and failure handling:
 
-* one `httpx.AsyncClient` per event loop and service URL (connections are pooled and reused by
-  every trajectory of a rollout worker), created on first use, never at import;
+* one `aiohttp.ClientSession` per event loop and service URL (connections are pooled and reused
+  by every trajectory of a rollout worker), created on first use, never at import. aiohttp, not
+  httpx: with 256 concurrent calls on 2 cores httpx spent 6.5 ms of CPU per call in its
+  pure-Python HTTP stack, aiohttp (C parser) 0.3 ms; the tool runs inside every rollout step.
+  aiohttp is installed with verl (its reward loop and Ray use it);
 * a semaphore per event loop and URL caps in-flight requests (`max_concurrency`);
 * retries with exponential backoff and full jitter on connection errors, timeouts and HTTP 5xx,
   never on 4xx (a bad request stays bad), and never past `deadline` seconds for the whole call
@@ -15,13 +18,14 @@ One place for connection pooling, concurrency limits, retries, deadlines and fai
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
 import weakref
 from dataclasses import dataclass, field, fields
 
-import httpx
+import aiohttp
 
 from verl_search.server.schemas import RetrieveRequest
 
@@ -87,12 +91,14 @@ class SearchOutcome:
         error: `None` on success, else a short reason (`"HTTP 422: ..."`, `"timeout after 3 attempts"`).
         attempts: HTTP attempts made.
         latency: seconds the call took, retries included.
+        server_time: seconds the server reports for the last attempt (`Server-Timing`), if any.
     """
 
     hits: list[list[dict]] = field(default_factory=list)
     error: str | None = None
     attempts: int = 0
     latency: float = 0.0
+    server_time: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -100,22 +106,36 @@ class SearchOutcome:
 
 
 class _LoopResources:
-    def __init__(self, max_concurrency: int, pool_size: int):
-        limits = httpx.Limits(max_connections=pool_size, max_keepalive_connections=pool_size)
-        self.client = httpx.AsyncClient(limits=limits)
+    """The session and semaphore of one event loop and URL.
+
+    The session is closed when its loop shuts down: `_lifetime` is an async generator, and
+    `asyncio.run` (and any loop run with `run_until_complete`) closes live async generators in
+    `loop.shutdown_asyncgens()`, which runs its `finally`.
+    """
+
+    def __init__(self, max_concurrency: int):
+        self.client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_concurrency))
         self.semaphore = asyncio.Semaphore(max_concurrency)
+        self.lifetime = self._lifetime()
+
+    async def _lifetime(self):
+        try:
+            yield
+        finally:
+            await self.client.close()
 
 
 # Per event loop, per (url, max_concurrency). Weak keys: a closed and collected loop frees its clients.
 _RESOURCES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = weakref.WeakKeyDictionary()
 
 
-def _resources(config: SearchClientConfig) -> _LoopResources:
+async def _resources(config: SearchClientConfig) -> _LoopResources:
     loop = asyncio.get_running_loop()
     per_loop = _RESOURCES.setdefault(loop, {})
     key = (config.retrieval_service_url, config.max_concurrency)
     if key not in per_loop:
-        per_loop[key] = _LoopResources(config.max_concurrency, pool_size=config.max_concurrency)
+        resources = per_loop[key] = _LoopResources(config.max_concurrency)
+        await resources.lifetime.__anext__()  # registers the generator with the loop
     return per_loop[key]
 
 
@@ -140,7 +160,7 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
         body = RetrieveRequest(queries=queries, topk=topk or config.topk, return_scores=False).model_dump()
     except ValueError as exc:
         return SearchOutcome(error=f"invalid query: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}")
-    resources = _resources(config)
+    resources = await _resources(config)
     attempts, last_error = 0, "not attempted"
     async with resources.semaphore:
         for attempt in range(config.max_retries + 1):
@@ -149,17 +169,17 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
                 break
             attempts += 1
             try:
-                response = await resources.client.post(
-                    config.retrieval_service_url, json=body, timeout=min(config.timeout, remaining)
-                )
-                if response.status_code >= 500:
-                    raise _Retryable(f"HTTP {response.status_code}: {response.text[:200]}")
-                if response.status_code != 200:
-                    return SearchOutcome(error=f"HTTP {response.status_code}: {_detail(response)}", attempts=attempts,
+                timeout = aiohttp.ClientTimeout(total=min(config.timeout, remaining))
+                async with resources.client.post(config.retrieval_service_url, json=body, timeout=timeout) as response:
+                    payload = await response.read()
+                if response.status >= 500:
+                    raise _Retryable(f"HTTP {response.status}: {payload[:200].decode(errors='replace')}")
+                if response.status != 200:
+                    return SearchOutcome(error=f"HTTP {response.status}: {_detail(payload)}", attempts=attempts,
                                          latency=time.monotonic() - started)
-                return SearchOutcome(hits=_parse_hits(response.json(), len(queries)), attempts=attempts,
-                                     latency=time.monotonic() - started)
-            except (httpx.TransportError, _Retryable) as exc:
+                return SearchOutcome(hits=_parse_hits(json.loads(payload), len(queries)), attempts=attempts,
+                                     latency=time.monotonic() - started, server_time=_server_time(response.headers))
+            except (aiohttp.ClientError, asyncio.TimeoutError, _Retryable) as exc:
                 last_error = _describe(exc)
             except ValueError as exc:  # unparseable body from something that is not our server
                 return SearchOutcome(error=f"bad response: {exc}", attempts=attempts, latency=time.monotonic() - started)
@@ -173,19 +193,30 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
     return SearchOutcome(error=error, attempts=attempts, latency=time.monotonic() - started)
 
 
+def _server_time(headers) -> float | None:
+    """Seconds from a `Server-Timing: retrieve;dur=<ms>` header, or None."""
+    for part in headers.get("server-timing", "").split(";"):
+        if part.strip().startswith("dur="):
+            try:
+                return float(part.strip()[4:]) / 1000.0
+            except ValueError:
+                return None
+    return None
+
+
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, asyncio.TimeoutError):
         return "timeout"
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return "cannot connect to the retrieval service"
     return str(exc) or type(exc).__name__
 
 
-def _detail(response: httpx.Response) -> str:
+def _detail(payload: bytes) -> str:
     try:
-        detail = response.json().get("detail")
-    except ValueError:
-        return response.text[:200]
+        detail = json.loads(payload).get("detail")
+    except (ValueError, AttributeError):
+        return payload[:200].decode(errors="replace")
     if isinstance(detail, list):
         return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail)[:300]
     return str(detail)[:300]

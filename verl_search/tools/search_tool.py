@@ -132,7 +132,8 @@ class SearchTool(BaseTool):
 
         Returns:
             `(ToolResponse(text=observation), 0.0, metrics)`; metrics has `num_queries`,
-            `search_failed` (0/1), `latency_s`, `attempts`, `truncated` and `error` (or None).
+            `search_failed` (0/1), `latency_s`, `server_latency_s` (the server's own time, from its
+            `Server-Timing` header), `attempts`, `truncated` and `error` (or None).
         """
         create_kwargs = self._instances.get(instance_id, {})
         topk = int(create_kwargs.get("topk") or self.client_config.topk)
@@ -152,6 +153,7 @@ class SearchTool(BaseTool):
             "num_queries": len(queries),
             "search_failed": int(not outcome.ok),
             "latency_s": outcome.latency,
+            "server_latency_s": outcome.server_time,
             "attempts": outcome.attempts,
             "truncated": truncated,
             "error": outcome.error,
