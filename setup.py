@@ -19,6 +19,8 @@ setup(
         "fastapi",
         "uvicorn",
         "httpx",
+        "aiohttp",
+        "orjson",
         "pydantic>=2",
         "numpy",
         "bm25s",

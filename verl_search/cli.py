@@ -1,4 +1,4 @@
-"""`verl-search` command line: `index build`, `serve`.
+"""`verl-search` command line: `index build`, `serve`, `config-path`.
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
 errors (bad paths, mismatched index) into a one-line message and exit code 2.
@@ -57,7 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_index_parser(sub)
     _add_serve_parser(sub)
+    paths = sub.add_parser("config-path", help="print the absolute path of a shipped verl YAML")
+    paths.add_argument("name", choices=["tool", "agent-loop"], help="tool: SearchTool config; agent-loop: agent loops")
     return parser
+
+
+def cmd_config_path(args: argparse.Namespace) -> int:
+    from verl_search.configs import config_path
+
+    print(config_path(args.name))  # the command's output, for $(...) in launch scripts
+    return 0
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
@@ -112,7 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {("index", "build"): cmd_index_build, ("serve", None): cmd_serve}
+COMMANDS = {("index", "build"): cmd_index_build, ("serve", None): cmd_serve, ("config-path", None): cmd_config_path}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,195 @@
+"""`SearchR1AgentLoop`: the Search-R1 paper's plain-text protocol as a verl agent loop.
+
+Register it through the YAML this package ships (verl takes no `pkg://` there)::
+
+    actor_rollout_ref.rollout.agent.agent_loop_config_path=$(verl-search config-path agent-loop)
+
+and select it per row with `agent_name: search_r1_agent` (our preprocessing writes it for
+`--protocol search_r1`). Settings are the YAML entry's keys (copy the YAML to change them); the
+service URL also comes from `$VERL_SEARCH_URL`.
+
+One trajectory: the prompt (chat template for the first message only, or the raw text for base
+models), then up to `max_turns` rounds of *model turn* (stopped at `</search>` or `</answer>`,
+mask 1) + *observation* (`<information>` block or Search-R1's correction message, mask 0), then
+one last model turn to answer. Everything after the prompt is one long response, as in Search-R1.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
+
+from verl_search.agent_loop.protocol import (
+    INVALID_ACTION_MESSAGE,
+    LAST_SEARCH_NOTICE,
+    STOP_STRINGS,
+    cut_at_first_stop,
+    observation_tokens,
+    parse_action,
+)
+from verl_search.tools import client
+from verl_search.tools.formatting import format_results
+from verl_search.tools.search_tool import record_search
+
+logger = logging.getLogger(__name__)
+
+
+class _Trajectory:
+    """Token buffers and counters of one rollout (also what `record_search` updates)."""
+
+    def __init__(self):
+        self.response_ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float] | None = None
+        self.turns: list[dict] = []
+        self.extra_fields: dict[str, Any] = {"num_searches": 0, "failed_searches": 0, "invalid_actions": 0,
+                                             "answered": False}
+        self.generate_s = 0.0
+        self.search_s = 0.0
+
+    def append(self, ids: list[int], mask_value: int, logprobs: list[float] | None = None) -> None:
+        self.response_ids += ids
+        self.mask += [mask_value] * len(ids)
+        if logprobs is not None and self.logprobs is None:
+            self.logprobs = [0.0] * (len(self.response_ids) - len(ids))
+        if self.logprobs is not None:
+            self.logprobs += logprobs[: len(ids)] if logprobs is not None else [0.0] * len(ids)
+
+
+class SearchR1AgentLoop(AgentLoopBase):
+    """Search-R1 tag-protocol agent loop.
+
+    Args (the YAML entry's keys; units in brackets):
+        retrieval_service_url, topk, timeout [s], max_retries, deadline [s], max_concurrency:
+            the retrieval client, as for `SearchTool` (same code: `verl_search.tools.client`).
+        max_turns: searches allowed (default 4, the paper's); invalid actions count as turns.
+            After the last one the observation says no more searches are allowed, and the model
+            gets one more turn to answer.
+        max_tokens_per_turn: generation limit per model turn [tokens] (default 500, Search-R1's).
+        max_obs_tokens: observation limit [tokens] (default 500); the closing `</information>`
+            is always kept.
+        max_chars_per_passage: cut each passage's text [characters] (default: no cut).
+        min_tokens_after_observation: an observation is shortened so that at least this many
+            response tokens remain for the model (default 64).
+        use_chat_template: `"auto"` (default: when the tokenizer has one), `True` or `False`
+            (base models: the prompt is the raw Search-R1 text).
+        **kwargs: verl's agent-loop arguments (config, server manager, tokenizer, ...).
+    """
+
+    def __init__(
+        self,
+        *args,
+        retrieval_service_url: str = "http://127.0.0.1:8000/retrieve",
+        topk: int = 3,
+        timeout: float = 5.0,
+        max_retries: int = 3,
+        deadline: float = 20.0,
+        max_concurrency: int = 64,
+        max_turns: int = 4,
+        max_tokens_per_turn: int = 500,
+        max_obs_tokens: int = 500,
+        max_chars_per_passage: int | None = None,
+        min_tokens_after_observation: int = 64,
+        use_chat_template: bool | str = "auto",
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        if max_turns < 0 or max_tokens_per_turn < 1 or max_obs_tokens < 1:
+            raise ValueError(f"max_turns={max_turns} must be >= 0, token limits >= 1")
+        self.client_config = client.SearchClientConfig(
+            retrieval_service_url=retrieval_service_url, topk=topk, timeout=timeout, max_retries=max_retries,
+            deadline=deadline, max_concurrency=max_concurrency,
+        )
+        self.max_turns = max_turns
+        self.max_tokens_per_turn = max_tokens_per_turn
+        self.max_obs_tokens = max_obs_tokens
+        self.max_chars_per_passage = max_chars_per_passage
+        self.min_tokens_after_observation = min_tokens_after_observation
+        if use_chat_template == "auto":
+            use_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.use_chat_template = bool(use_chat_template)
+        self.response_length = self.rollout_config.response_length
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    async def _prompt_ids(self, messages: list[dict]) -> list[int]:
+        if self.use_chat_template:
+            return await self.ct_build_initial_tokens(messages)
+        text = "".join(str(m["content"]) for m in messages)
+        return self._cap_text_prompt_length(self.tokenizer.encode(text))
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        """Roll out one trajectory; see the class docstring for the protocol."""
+        prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
+        create_kwargs = (kwargs.get("tools_kwargs") or {}).get("search", {}).get("create_kwargs", {}) or {}
+        topk = int(create_kwargs.get("topk") or self.client_config.topk)
+        request_id = uuid4().hex
+        trajectory = _Trajectory()
+        for turn in range(self.max_turns + 1):
+            remaining = self.response_length - len(trajectory.response_ids)
+            if remaining <= 0:
+                break
+            record = await self._model_turn(request_id, prompt_ids, sampling_params, remaining, trajectory)
+            action = parse_action(record["generated"])
+            if action.kind == "answer":
+                trajectory.extra_fields["answered"] = True
+                break
+            if turn == self.max_turns:
+                break  # the last turn was for answering
+            if not await self._observe(action, topk, turn == self.max_turns - 1, record, trajectory):
+                break  # no room left for an observation
+        trajectory.extra_fields["turns"] = trajectory.turns
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=trajectory.response_ids[: self.response_length],
+            response_mask=trajectory.mask[: self.response_length],
+            response_logprobs=trajectory.logprobs[: self.response_length] if trajectory.logprobs else None,
+            num_turns=1 + sum(1 + ("observation" in t) for t in trajectory.turns),
+            metrics={"generate_sequences": trajectory.generate_s, "tool_calls": trajectory.search_s},
+            extra_fields={**trajectory.extra_fields, "turn_scores": [], "tool_rewards": []},
+        )
+
+    async def _model_turn(self, request_id, prompt_ids, sampling_params, remaining, trajectory) -> dict:
+        params = {**sampling_params, "stop": STOP_STRINGS, "max_tokens": min(self.max_tokens_per_turn, remaining)}
+        started = time.perf_counter()
+        output = await self.server_manager.generate(
+            request_id=request_id, prompt_ids=prompt_ids + trajectory.response_ids, sampling_params=params
+        )
+        trajectory.generate_s += time.perf_counter() - started
+        ids = cut_at_first_stop(list(output.token_ids), self._decode)[:remaining]
+        trajectory.append(ids, 1, output.log_probs)
+        record = {"generated": self._decode(ids), "generated_tokens": len(ids)}
+        trajectory.turns.append(record)
+        return record
+
+    async def _observe(self, action, topk: int, last: bool, record: dict, trajectory: _Trajectory) -> bool:
+        """Append the environment's answer to a non-final turn; False if it does not fit."""
+        room = self.response_length - len(trajectory.response_ids) - self.min_tokens_after_observation
+        notice = LAST_SEARCH_NOTICE if last else ""
+        if action.kind == "search":
+            started = time.perf_counter()
+            outcome = await client.search([action.content], self.client_config, topk=topk)
+            trajectory.search_s += time.perf_counter() - started
+            record_search(trajectory, outcome)
+            body = (format_results([action.content], outcome.hits, self.max_chars_per_passage)[0] if outcome.ok
+                    else f"search failed: {outcome.error}")
+            ids, truncated = observation_tokens(body, self._encode, min(self.max_obs_tokens, room), notice)
+            record.update(query=action.content, search_failed=not outcome.ok, truncated=truncated)
+        else:
+            trajectory.extra_fields["invalid_actions"] += 1
+            ids = self._encode(INVALID_ACTION_MESSAGE + (notice.strip() + "\n" if notice else ""))
+            if len(ids) > room:
+                ids = []
+        if not ids:
+            return False
+        trajectory.append(ids, 0)
+        record["observation"] = self._decode(ids)
+        return True
