@@ -1,4 +1,4 @@
-"""`verl-search` command line: `index build`, `serve`, `config-path`.
+"""`verl-search` command line: `index build`, `serve`, `eval`, `config-path`.
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
 errors (bad paths, mismatched index) into a one-line message and exit code 2.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from pathlib import Path
 
 logger = logging.getLogger("verl_search")
 
@@ -51,12 +53,70 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--log-level", default="info")
 
 
+def default_data_dir() -> Path:
+    """`$VERL_SEARCH_DATA`, or `../shared/data` from the current folder (where the bundle lives)."""
+    return Path(os.environ.get("VERL_SEARCH_DATA", Path.cwd().parent / "shared" / "data"))
+
+
+def _add_eval_parser(sub) -> None:
+    from verl_search.eval.harness import EvalOptions
+
+    d = EvalOptions(data=[], out="")
+    ev = sub.add_parser("eval", help="evaluate a model on QA data through verl's agent loop")
+    ev.add_argument("--data", action="append", help="[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable); "
+                    "default: $VERL_SEARCH_DATA or ../shared/data, mini_wiki/qa.jsonl")
+    ev.add_argument("--out", default="runs/eval", help="output folder (a rerun resumes it)")
+    ev.add_argument("--protocol", choices=["search_r1", "tool"], default=d.protocol)
+    ev.add_argument("--model", default=d.model, help="HF model folder, a folder holding --gguf-file, or smollm2")
+    ev.add_argument("--gguf-file", default=None)
+    ev.add_argument("--engine", choices=["transformers", "sglang"], default=d.engine)
+    ev.add_argument("--engine-url", default=None, help="sglang: the server's base URL")
+    group = ev.add_mutually_exclusive_group()
+    group.add_argument("--retrieval-url", help="a running /retrieve endpoint")
+    group.add_argument("--index", help="an index folder, served for the length of the run")
+    ev.add_argument("--max-per-source", type=int, default=None, help="at most N questions per data source")
+    ev.add_argument("--seed", type=int, default=d.seed)
+    ev.add_argument("--batch-size", type=int, default=d.batch_size)
+    ev.add_argument("--max-turns", type=int, default=d.max_turns, help="searches allowed (Search-R1: 4)")
+    ev.add_argument("--topk", type=int, default=d.topk)
+    ev.add_argument("--max-tokens-per-turn", type=int, default=d.max_tokens_per_turn)
+    ev.add_argument("--max-obs-tokens", type=int, default=d.max_obs_tokens)
+    ev.add_argument("--prompt-length", type=int, default=d.prompt_length)
+    ev.add_argument("--response-length", type=int, default=d.response_length)
+    ev.add_argument("--temperature", type=float, default=d.temperature, help="0: greedy")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from verl_search.eval.harness import EvalOptions, run_eval
+
+    data = args.data
+    if not data:
+        default = default_data_dir() / "mini_wiki" / "qa.jsonl"
+        if not default.is_file():
+            raise FileNotFoundError(
+                f"no --data given and {default} does not exist. Pass --data PATH (FlashRAG JSONL or verl parquet), "
+                "or fetch the FlashRAG QA sets on a machine with internet: verl-search download datasets --out DIR"
+            )
+        data = [str(default)]
+    options = EvalOptions(
+        data=data, out=args.out, protocol=args.protocol, model=args.model, gguf_file=args.gguf_file,
+        engine=args.engine, engine_url=args.engine_url, retrieval_url=args.retrieval_url, index=args.index,
+        max_per_source=args.max_per_source, seed=args.seed, batch_size=args.batch_size, max_turns=args.max_turns,
+        topk=args.topk, max_tokens_per_turn=args.max_tokens_per_turn, max_obs_tokens=args.max_obs_tokens,
+        prompt_length=args.prompt_length, response_length=args.response_length, temperature=args.temperature,
+    )
+    run_eval(options)
+    logger.info("report written to %s/report.md", args.out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `verl-search` argument parser."""
     parser = argparse.ArgumentParser(prog="verl-search", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_index_parser(sub)
     _add_serve_parser(sub)
+    _add_eval_parser(sub)
     paths = sub.add_parser("config-path", help="print the absolute path of a shipped verl YAML")
     paths.add_argument("name", choices=["tool", "agent-loop"], help="tool: SearchTool config; agent-loop: agent loops")
     return parser
@@ -121,7 +181,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {("index", "build"): cmd_index_build, ("serve", None): cmd_serve, ("config-path", None): cmd_config_path}
+COMMANDS = {
+    ("index", "build"): cmd_index_build,
+    ("serve", None): cmd_serve,
+    ("eval", None): cmd_eval,
+    ("config-path", None): cmd_config_path,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from verl_search.agent_loop.protocol import INVALID_ACTION_MESSAGE
 from verl_search.rewards import compute_score, extract_answer, gold_answers
 from verl_search.rewards.format import search_r1_format_ok, tool_call_format_ok
 from verl_search.rewards.qa import cover_exact_match, exact_match, f1_score, normalize_answer
@@ -21,6 +22,7 @@ GOOD_TOOL = '<tool_call>\n{"name": "search", "arguments": {"query_list": ["x"]}}
         ("<answer>Paris</answer><information><answer>leak</answer>", "Paris"),  # unclosed block runs to the end
         ("no tags at all", None),  # nothing to score
         ("<answer>\nmulti\nline\n</answer>", "multi\nline"),  # answers may span lines
+        ("I guess." + INVALID_ACTION_MESSAGE + "no tags", None),  # the correction message's own <answer> tags
     ],
 )
 def test_extract_answer(response, expected):

@@ -5,7 +5,7 @@ files, FlashRAG's format). Output columns:
 
 | column | value |
 | --- | --- |
-| `data_source` | dataset name (`nq`, `hotpotqa`, ...; default: the input's folder name) |
+| `data_source` | dataset name: the row's `source` field, else the input's name (default: its folder, `nq`, ...) |
 | `prompt` | `[{"role": "user", "content": <template with the question>}]` |
 | `ability` | `"fact-reasoning"` |
 | `reward_model` | `{"ground_truth": {"target": golden_answers}, "style": "rule"}` |
@@ -135,18 +135,23 @@ def build_rows(sources: list[Source], split: str, protocol: str, max_per_source:
                seed: int = 0, topk: int | None = None, on_bad_row: str = "error") -> list[dict]:
     """Rows for several inputs, merged in input order, `extra_info.index` numbering them.
 
-    `max_per_source` keeps a random sample (fixed by `seed`) of at most N rows per input, in
-    file order.
+    A row's `data_source` is its own `source` field when it has one (e.g. `mini_wiki/qa.jsonl`
+    mixes hotpotqa, musique and 2wiki), else the input's name. `max_per_source` keeps a random
+    sample (fixed by `seed`) of at most N rows per data source, in file order.
     """
     rows: list[dict] = []
     for source in sources:
-        examples = read_examples(source, on_bad_row)
-        if max_per_source is not None and len(examples) > max_per_source:
-            keep = sorted(random.Random(f"{seed}:{source.name}").sample(range(len(examples)), max_per_source))
-            examples = [examples[i] for i in keep]
-        for _, example in examples:
-            rows.append(make_row(example, len(rows), split, source.name, protocol, topk))
-        logger.info("%s: %d rows from %s", source.name, len(examples), source.path)
+        groups: dict[str, list[dict]] = {}
+        for _, example in read_examples(source, on_bad_row):
+            name = example.get("source") if isinstance(example.get("source"), str) else source.name
+            groups.setdefault(name, []).append(example)
+        for name, examples in groups.items():
+            if max_per_source is not None and len(examples) > max_per_source:
+                keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(examples)), max_per_source))
+                examples = [examples[i] for i in keep]
+            for example in examples:
+                rows.append(make_row(example, len(rows), split, name, protocol, topk))
+            logger.info("%s: %d rows from %s", name, len(examples), source.path)
     return rows
 
 

@@ -12,6 +12,8 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
+from verl_search.agent_loop.protocol import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 # Text that came from the environment, not from the model: never scored.
@@ -30,8 +32,12 @@ def normalize_answer(text: str) -> str:
 
 
 def strip_retrieved(response: str) -> str:
-    """The response without `<information>...</information>` / `<tool_response>...</tool_response>`
-    blocks (an unclosed block runs to the end): what the model itself wrote."""
+    """What the model itself wrote: the response without `<information>...</information>` /
+    `<tool_response>...</tool_response>` blocks (an unclosed block runs to the end) and without
+    the agent loop's fixed messages. Search-R1's correction message contains the literal text
+    `<answer> and </answer>`; left in, it would be scored as the model's answer."""
+    for message in (INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE):
+        response = response.replace(message, " ")
     return _RETRIEVED.sub(" ", response)
 
 

@@ -1,0 +1,168 @@
+"""LLM engines behind verl's client interface: `await client.generate(request_id, prompt_ids=...,
+sampling_params=...) -> TokenOutput`, which is what `AgentLoopWorker` calls (verl's
+`LLMServerClient.generate`). Token ids in, token ids out, for both engines:
+
+* `TransformersEngine` (CPU or one GPU, no server): transformers `generate`, batching the
+  requests of concurrent trajectories into one forward pass. Greedy when `temperature` is 0
+  (verl's validation default); honours `max_tokens`, `stop` strings and the model's EOS tokens.
+* `SGLangEngine` (GPU): an SGLang server the user starts
+  (`python -m sglang.launch_server --model-path MODEL --port 30000`), called at its native
+  `POST /generate` with `input_ids`, answering `output_ids`. Not exercised here (no GPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import aiohttp
+from verl.workers.rollout.replica import TokenOutput
+
+from verl_search.agent_loop.protocol import cut_at_first_stop
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    params: dict
+    future: asyncio.Future = field(default=None)
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a turn: the generation config's EOS, the tokenizer's, and `<|im_end|>`."""
+    ids: set[int] = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (configured, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return ids
+
+
+class TransformersEngine:
+    """A transformers causal LM as a verl LLM client, batching concurrent requests.
+
+    Requests that arrive while a batch runs wait for the next one; each batch is one padded
+    `model.generate` call (left padding, KV cache) run in a worker thread, so the event loop
+    keeps serving the agent loops and the retrieval calls meanwhile.
+
+    Args:
+        model: a loaded `PreTrainedModel` (eval mode is set here).
+        tokenizer: its tokenizer.
+        max_batch_size: most requests in one forward batch (default 8).
+
+    Attributes:
+        batches, requests: counters of `generate` batches run and requests answered.
+    """
+
+    def __init__(self, model, tokenizer, max_batch_size: int = 8):
+        import torch
+
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self._torch = torch
+        self._pending: list[_Request] = []
+        self._worker: asyncio.Task | None = None
+        self.batches = 0
+        self.requests = 0
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict, **kwargs) -> TokenOutput:
+        """Generate one turn for one trajectory (the signature of verl's `LLMServerClient.generate`)."""
+        request = _Request(list(prompt_ids), dict(sampling_params), asyncio.get_running_loop().create_future())
+        self._pending.append(request)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await request.future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            await asyncio.sleep(0)  # let the other trajectories of this step queue their requests
+            batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
+            try:
+                outputs = await asyncio.to_thread(self._generate_batch, batch)
+            except Exception as exc:  # fail these requests, keep serving
+                for request in batch:
+                    request.future.set_exception(exc)
+                continue
+            for request, ids in zip(batch, outputs):
+                request.future.set_result(TokenOutput(token_ids=ids, num_preempted=0, stop_reason="completed"))
+
+    def _generate_batch(self, batch: list[_Request]) -> list[list[int]]:
+        torch = self._torch
+        params = batch[0].params
+        max_new = max(int(r.params.get("max_tokens") or 512) for r in batch)
+        width = max(len(r.prompt_ids) for r in batch)
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, request in enumerate(batch):
+            input_ids[row, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
+            attention[row, width - len(request.prompt_ids):] = 1
+        temperature = float(params.get("temperature") or 0.0)
+        sampling = {"do_sample": False}
+        if temperature > 0:
+            top_k = int(params.get("top_k") or -1)
+            sampling = {"do_sample": True, "temperature": temperature, "top_p": float(params.get("top_p") or 1.0),
+                        "top_k": top_k if top_k > 0 else None}
+        stops = sorted({s for r in batch for s in r.params.get("stop") or []})
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new, eos_token_id=sorted(self.eos_ids),
+                pad_token_id=self.pad_id, stop_strings=stops or None, tokenizer=self.tokenizer if stops else None,
+                **sampling,
+            )
+        self.batches += 1
+        self.requests += len(batch)
+        return [self._trim(output[row, width:].tolist(), request) for row, request in enumerate(batch)]
+
+    def _trim(self, ids: list[int], request: _Request) -> list[int]:
+        """This request's tokens: up to its first EOS (kept), stop string, or `max_tokens`."""
+        for position, token in enumerate(ids):
+            if token in self.eos_ids:
+                ids = ids[: position + 1]
+                break
+        stops = request.params.get("stop")
+        if stops:
+            ids = cut_at_first_stop(ids, lambda t: self.tokenizer.decode(t, skip_special_tokens=False), stops)
+        return ids[: int(request.params.get("max_tokens") or len(ids))]
+
+
+class SGLangEngine:
+    """An SGLang server as a verl LLM client (native `/generate`, token ids in and out).
+
+    Args:
+        url: the server's base URL, e.g. `http://127.0.0.1:30000`.
+        timeout: seconds per request (default 600).
+    """
+
+    def __init__(self, url: str, timeout: float = 600.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict, **kwargs) -> TokenOutput:
+        """Generate one turn; raises `RuntimeError` naming the server's answer on an HTTP error."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        params = {"max_new_tokens": sampling_params.get("max_tokens"), "stop": sampling_params.get("stop"),
+                  "temperature": sampling_params.get("temperature", 0.0), "top_p": sampling_params.get("top_p", 1.0),
+                  "top_k": sampling_params.get("top_k", -1)}
+        body = {"input_ids": list(prompt_ids), "sampling_params": {k: v for k, v in params.items() if v is not None}}
+        async with self._session.post(f"{self.url}/generate", json=body) as response:
+            payload = await response.json(content_type=None)
+            if response.status != 200:
+                raise RuntimeError(f"SGLang server at {self.url} answered HTTP {response.status}: {str(payload)[:300]}")
+        return TokenOutput(token_ids=list(payload["output_ids"]), num_preempted=0)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
