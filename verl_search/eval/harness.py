@@ -55,6 +55,8 @@ class EvalOptions:
         max_per_source, seed: random sample of at most N questions per data source.
         batch_size: questions rolled out together (and the engine's batch).
         max_turns, topk, max_tokens_per_turn, max_obs_tokens: the protocol's limits (tokens).
+            `max_tokens_per_turn` defaults to 128, not Search-R1's 500: on 2 CPU cores a 135M
+            model decodes about 100 tokens/s in all, and small models ramble to the limit.
         prompt_length, response_length: verl's rollout lengths (tokens).
         temperature: 0 = greedy (verl's validation default).
     """
@@ -70,10 +72,10 @@ class EvalOptions:
     index: str | None = None
     max_per_source: int | None = None
     seed: int = 0
-    batch_size: int = 8
+    batch_size: int = 16
     max_turns: int = 4
     topk: int = 3
-    max_tokens_per_turn: int = 256
+    max_tokens_per_turn: int = 128
     max_obs_tokens: int = 500
     prompt_length: int = 1024
     response_length: int = 2048
@@ -246,8 +248,13 @@ def _read_trajectories(path: Path) -> dict[str, dict]:
     return records
 
 
-def run_eval(options: EvalOptions) -> dict:
+def run_eval(options: EvalOptions, engine=None) -> dict:
     """Evaluate, resume-safe; return the report summary (see `verl_search.eval.report`).
+
+    Args:
+        options: see `EvalOptions`.
+        engine: `(client, tokenizer, hf_folder)` to use instead of `make_engine(options)` (any
+            object with verl's `generate(request_id, prompt_ids=..., sampling_params=...)`).
 
     Raises:
         FileNotFoundError, ValueError: bad inputs or options (named in the message).
@@ -268,13 +275,13 @@ def run_eval(options: EvalOptions) -> dict:
     pending = [i for i, row in enumerate(rows) if row_id(row) not in done]
     logger.info("%d questions, %d already in %s, %d to run", len(rows), len(rows) - len(pending), trajectories, len(pending))
     if pending:
-        engine, tokenizer, hf_folder = make_engine(options)
+        client, tokenizer, hf_folder = engine or make_engine(options)
         with retrieval_service(options) as url:
             config = compose_verl_config(verl_overrides(options, hf_folder, data_file, url))
             dataset = load_dataset(data_file, tokenizer, config.data)
             if len(dataset) != len(rows):
                 raise RuntimeError(f"verl's RLHFDataset kept {len(dataset)} of {len(rows)} rows")
-            asyncio.run(_rollout(AgentLoopWorker(config, engine), dataset, rows, pending, tokenizer, options, trajectories))
+            asyncio.run(_rollout(AgentLoopWorker(config, client), dataset, rows, pending, tokenizer, options, trajectories))
     records = [r for r in _read_trajectories(trajectories).values() if r["id"] in {row_id(row) for row in rows}]
     meta = {"options": asdict(options), "questions": len(records)}
     return write_report(records, out, f"verl-search eval: {Path(options.model).name}, {options.protocol} protocol", meta)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -114,6 +115,7 @@ class TransformersEngine:
             sampling = {"do_sample": True, "temperature": temperature, "top_p": float(params.get("top_p") or 1.0),
                         "top_k": top_k if top_k > 0 else None}
         stops = sorted({s for r in batch for s in r.params.get("stop") or []})
+        started = time.perf_counter()
         with torch.inference_mode():
             output = self.model.generate(
                 input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new, eos_token_id=sorted(self.eos_ids),
@@ -122,6 +124,8 @@ class TransformersEngine:
             )
         self.batches += 1
         self.requests += len(batch)
+        logger.info("generated a batch of %d (prompt width %d, up to %d new tokens, %d generated) in %.1f s",
+                    len(batch), width, max_new, output.shape[1] - width, time.perf_counter() - started)
         return [self._trim(output[row, width:].tolist(), request) for row, request in enumerate(batch)]
 
     def _trim(self, ids: list[int], request: _Request) -> list[int]:

@@ -1,0 +1,112 @@
+"""`verl-search eval` end to end on the CPU: verl's AgentLoopWorker, a real retrieval server over
+the mini corpus, our rewards and report. Engines: `ScriptedLLM` (stand-in for a GPU engine), the
+real `TransformersEngine` with the tiny random Qwen2, and the real SmolLM2-135M (GGUF)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from transformers import AutoTokenizer
+
+from tests.conftest import MINI_QA
+from tests.verl_helpers import ScriptedLLM
+from verl_search.eval.harness import EvalOptions, run_eval
+from verl_search.eval.report import summarize, wilson_interval
+
+QA = [json.loads(line) for line in MINI_QA.read_text().splitlines()]
+GOLD = {row["question"]: row["golden_answers"][0] for row in QA}
+SOURCE = {row["question"]: row["source"] for row in QA}
+
+
+def question_of(prompt_text):
+    return next(q for q in GOLD if q in prompt_text)
+
+
+def search_then_answer(prompt_text, turn):
+    """Searches the question, then answers: right for hotpotqa questions, wrong for the others."""
+    question = question_of(prompt_text)
+    if turn == 0:
+        return f"<think>look it up</think><search> {question} </search>"
+    answer = GOLD[question] if SOURCE[question] == "hotpotqa" else "wrong"
+    return f"<think>done</think><answer> {answer} </answer>"
+
+
+class Interrupt(Exception):
+    pass
+
+
+def options(tmp_path, bm25_server, **kw):
+    return EvalOptions(data=[str(MINI_QA)], out=str(tmp_path / "run"), retrieval_url=f"{bm25_server.url}/retrieve",
+                       max_per_source=2, batch_size=2, **kw)
+
+
+def test_eval_writes_trajectories_report_and_resumes(tmp_path, tiny_qwen, bm25_server):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    seen = []
+
+    def interrupted(prompt_text, turn):
+        seen.append(question_of(prompt_text))
+        if len(set(seen)) > 2:
+            raise Interrupt("killed after the first batch")
+        return search_then_answer(prompt_text, turn)
+
+    with pytest.raises(Interrupt):
+        run_eval(options(tmp_path, bm25_server), engine=(ScriptedLLM(tokenizer, interrupted), tokenizer, str(tiny_qwen)))
+    trajectories = tmp_path / "run" / "trajectories.jsonl"
+    first = [json.loads(line) for line in trajectories.read_text().splitlines()]
+    assert len(first) == 2  # the first batch was written before the interruption
+
+    llm = ScriptedLLM(tokenizer, search_then_answer)
+    summary = run_eval(options(tmp_path, bm25_server), engine=(llm, tokenizer, str(tiny_qwen)))
+    records = [json.loads(line) for line in trajectories.read_text().splitlines()]
+    assert len(records) == 6 and len({r["id"] for r in records}) == 6
+    assert len({question_of(call[1]) for call in llm.calls}) == 4  # the rerun rolled out only the 4 missing questions
+
+    record = next(r for r in records if r["data_source"] == "hotpotqa")
+    assert record["em"] == 1.0 and record["num_searches"] == 1 and record["answered"]
+    assert record["turns"][0]["queries"] == [record["question"]]
+    assert record["turns"][0]["observation"].startswith("\n\n<information>Doc 1(Title:")
+    assert record["generated_tokens"] < record["response_tokens"]
+
+    assert set(summary) == {"hotpotqa", "musique", "2wiki", "all"}
+    assert summary["hotpotqa"]["em"]["mean"] == 1.0 and summary["musique"]["em"]["mean"] == 0.0
+    assert summary["all"]["n"] == 6 and summary["all"]["searched"] == 1.0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["summary"]["all"]["em"]["ci95"] == pytest.approx(list(wilson_interval(2, 6)))
+    assert "| hotpotqa | 2 |" in (tmp_path / "run" / "report.md").read_text()
+    assert (tmp_path / "run" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_transformers_engine_batches_trajectories(tmp_path, tiny_qwen, bm25_server):
+    from transformers import AutoModelForCausalLM
+
+    from verl_search.rollout.engines import TransformersEngine
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=4)
+    run_eval(options(tmp_path, bm25_server, max_turns=1, max_tokens_per_turn=12, response_length=256, batch_size=4),
+             engine=(engine, tokenizer, str(tiny_qwen)))
+    records = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(records) == 6
+    assert all(0 < r["generated_tokens"] <= 2 * 12 for r in records)  # noise, but within the per-turn limit
+    assert engine.requests >= 6 and engine.batches < engine.requests  # concurrent trajectories share forward passes
+
+
+def test_summary_confidence_intervals_on_a_known_case():
+    records = [{"data_source": "nq", "em": float(i < 5), "cover_em": 1.0, "f1": 0.5, "num_searches": i % 2,
+                "answered": True, "failed_searches": 0, "generated_tokens": 10} for i in range(10)]
+    summary = summarize(records)["nq"]
+    assert summary["em"]["mean"] == 0.5
+    assert summary["em"]["ci95"] == pytest.approx([0.2366, 0.7634], abs=1e-4)  # Wilson, 5 of 10
+    assert summary["cover_em"]["ci95"] == pytest.approx([0.7225, 1.0], abs=1e-4)  # Wilson, 10 of 10
+    assert summary["f1"]["ci95"] == [0.5, 0.5]  # no spread
+    assert summary["searched"] == 0.5 and summary["mean_searches"] == 0.5
+
+
+def test_cli_says_what_to_download_without_data(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "verl_search.cli", "eval", "--index", str(tmp_path)],
+                            capture_output=True, text=True, env={"VERL_SEARCH_DATA": str(tmp_path / "none"),
+                                                                 "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert result.returncode == 2
+    assert "verl-search download datasets" in result.stderr and "qa.jsonl does not exist" in result.stderr
