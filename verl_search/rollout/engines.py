@@ -165,6 +165,9 @@ class SGLangEngine:
             payload = await response.json(content_type=None)
             if response.status != 200:
                 raise RuntimeError(f"SGLang server at {self.url} answered HTTP {response.status}: {str(payload)[:300]}")
+        if "output_ids" not in payload:
+            raise RuntimeError(f"SGLang server at {self.url} returned no output_ids (keys: {sorted(payload)}); "
+                               "use an SGLang version whose /generate returns token ids")
         return TokenOutput(token_ids=list(payload["output_ids"]), num_preempted=0)
 
     async def close(self) -> None:

@@ -1,0 +1,197 @@
+"""`verl-search check-config RECIPE [overrides...]`: catch on a CPU, in seconds, what would
+otherwise fail hours later on GPUs.
+
+The full trainer config is composed exactly as `verl.trainer.main_ppo` would compose it (hydra,
+the recipe, the overrides), then checked:
+
+1. the tool config loads and its tool classes import and construct;
+2. `multi_turn.format` names a tool parser verl has (`hermes`, ...; the removed verl example used
+   `qwen`, which does not exist);
+3. every agent loop the data asks for (`agent_name` column, else `agent.default_agent_loop`) is
+   registered, by verl or by `agent.agent_loop_config_path`, and its class imports;
+4. tools are configured but the data has no `agent_name` and the default loop is
+   `single_turn_agent`: the tool would never be called (verl issue #3008);
+5. the reward function imports and accepts verl's call
+   `(data_source=, solution_str=, ground_truth=, extra_info=)`;
+6. the parquet files have the columns verl reads (`data_source`, the prompt key, `reward_model`
+   with `ground_truth`);
+7. prompt + response lengths fit the model's context (`max_position_embeddings`), and verl's
+   `max_tool_response_length` (characters) is not below the tool's own `max_observation_chars`.
+
+`check_config` returns the problems found (an empty list when the recipe is fine).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_search.configs import config_path
+
+ENV_DEFAULTS = {"VERL_SEARCH_TOOL_CONFIG": "tool", "VERL_SEARCH_AGENT_LOOPS": "agent-loop"}
+
+
+def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None = None) -> list[str]:
+    """Compose `recipe` + `overrides` and return a list of problems (empty: fine).
+
+    `$VERL_SEARCH_TOOL_CONFIG` / `$VERL_SEARCH_AGENT_LOOPS` (used by the shipped recipes) default to
+    the shipped YAMLs, as the recipes' `run.sh` sets them.
+    """
+    from verl_search.rollout.verl_config import compose_verl_config
+
+    for variable, name in ENV_DEFAULTS.items():
+        os.environ.setdefault(variable, config_path(name))
+    try:
+        config = compose_verl_config(overrides, recipe=recipe)
+        OmegaConf.resolve(config)
+    except Exception as exc:  # hydra raises several types; all mean "does not compose"
+        return [f"the config does not compose: {type(exc).__name__}: {exc}"]
+    problems: list[str] = []
+    rollout = config.actor_rollout_ref.rollout
+    tools = _check_tools(rollout, problems)
+    _check_tool_parser(rollout, problems)
+    frames = _read_data(config.data, problems)
+    _check_agent_loops(rollout, frames, bool(tools), problems)
+    _check_reward(config, problems)
+    _check_lengths(config, tools, problems)
+    return problems
+
+
+def _check_tools(rollout: DictConfig, problems: list[str]) -> list:
+    path = rollout.multi_turn.get("tool_config_path")
+    if not path:
+        return []
+    if not Path(path).is_file():
+        problems.append(f"multi_turn.tool_config_path {path} does not exist")
+        return []
+    try:
+        from verl.tools.tool_registry import initialize_tools_from_config
+
+        return initialize_tools_from_config(path)
+    except Exception as exc:
+        problems.append(f"the tool config {path} does not load: {type(exc).__name__}: {exc}")
+        return []
+
+
+def _check_tool_parser(rollout: DictConfig, problems: list[str]) -> None:
+    if not rollout.multi_turn.enable and not rollout.multi_turn.get("tool_config_path"):
+        return
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    name = rollout.multi_turn.format
+    if name not in ToolParser._registry:
+        problems.append(f"multi_turn.format={name!r} is not a verl tool parser; use one of {sorted(ToolParser._registry)}")
+
+
+def _read_data(data: DictConfig, problems: list[str]) -> dict:
+    import pyarrow.parquet as pq
+
+    frames = {}
+    for key in ("train_files", "val_files"):
+        files = data.get(key)
+        for file in [files] if isinstance(files, str) else list(files or []):
+            if not Path(file).is_file():
+                problems.append(f"data.{key}: {file} does not exist")
+                continue
+            table = pq.read_table(file)
+            frames[file] = table
+            columns = set(table.column_names)
+            for column in ("data_source", data.get("prompt_key", "prompt"), "reward_model"):
+                if column not in columns:
+                    problems.append(f"data.{key}: {file} has no {column!r} column (columns: {sorted(columns)})")
+            if "reward_model" in columns and "ground_truth" not in str(table.schema.field("reward_model").type):
+                problems.append(f"data.{key}: {file}: reward_model has no ground_truth")
+    return frames
+
+
+def _registered_agent_loops(rollout: DictConfig, problems: list[str]) -> dict:
+    import verl.experimental.agent_loop  # noqa: F401  (registers verl's own loops)
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    registry = dict(_agent_loop_registry)
+    path = rollout.agent.get("agent_loop_config_path")
+    if path:
+        if not Path(path).is_file():
+            problems.append(f"agent.agent_loop_config_path {path} does not exist")
+        else:
+            for entry in OmegaConf.load(path):
+                registry[entry.name] = entry
+    return registry
+
+
+def _check_agent_loops(rollout: DictConfig, frames: dict, has_tools: bool, problems: list[str]) -> None:
+    from hydra.utils import get_class
+
+    registry = _registered_agent_loops(rollout, problems)
+    default = rollout.agent.default_agent_loop
+    wanted: set[str] = set()
+    for file, table in frames.items():
+        if "agent_name" in table.column_names:
+            wanted |= {name for name in table.column("agent_name").to_pylist() if name}
+        else:
+            wanted.add(default)
+            if default == "single_turn_agent" and (has_tools or rollout.multi_turn.enable):
+                problems.append(f"{file} has no agent_name column and agent.default_agent_loop is single_turn_agent: "
+                                "the tools would never be called (verl #3008); set agent_name per row or the default loop")
+    if not frames:
+        wanted.add(default)
+    for name in sorted(wanted):
+        if name not in registry:
+            problems.append(f"agent loop {name!r} is not registered (known: {sorted(registry)}); "
+                            "set agent.agent_loop_config_path=$(verl-search config-path agent-loop)")
+            continue
+        try:
+            get_class(registry[name]["_target_"])
+        except Exception as exc:
+            problems.append(f"agent loop {name!r}: class {registry[name]['_target_']} does not import: {exc}")
+    if "tool_agent" in wanted and not has_tools:
+        problems.append("the data uses tool_agent but no tool loaded: set multi_turn.tool_config_path")
+
+
+def _check_reward(config: DictConfig, problems: list[str]) -> None:
+    custom = config.reward.get("custom_reward_function") or {}
+    if not custom.get("path"):
+        return
+    from verl.utils.import_utils import load_extern_object
+
+    try:
+        function = load_extern_object(module_path=custom.path, object_name=custom.name)
+    except Exception as exc:
+        problems.append(f"reward function {custom.name} in {custom.path} cannot be loaded: {type(exc).__name__}: {exc}")
+        return
+    kwargs = dict(custom.get("reward_kwargs") or {})
+    try:
+        inspect.signature(function).bind(data_source="nq", solution_str="", ground_truth={"target": ["x"]},
+                                         extra_info={}, **kwargs)
+    except TypeError as exc:
+        problems.append(f"reward function {custom.name} has the wrong signature for verl "
+                        f"(data_source, solution_str, ground_truth, extra_info, **kwargs): {exc}")
+
+
+def _check_lengths(config: DictConfig, tools: list, problems: list[str]) -> None:
+    from transformers import AutoConfig
+
+    rollout = config.actor_rollout_ref.rollout
+    model_path = config.actor_rollout_ref.model.path
+    total = rollout.prompt_length + rollout.response_length
+    try:
+        model_config = AutoConfig.from_pretrained(model_path)
+    except Exception as exc:
+        problems.append(f"model {model_path}: config does not load ({type(exc).__name__}: {exc})")
+    else:
+        context = getattr(model_config, "max_position_embeddings", None)
+        if context and total > context:
+            problems.append(f"rollout.prompt_length + response_length = {total} tokens exceeds the model's context "
+                            f"({context}, max_position_embeddings of {model_path})")
+    if config.data.max_prompt_length > rollout.prompt_length:
+        problems.append(f"data.max_prompt_length={config.data.max_prompt_length} > rollout.prompt_length="
+                        f"{rollout.prompt_length}: prompts would be cut")
+    limit = rollout.multi_turn.max_tool_response_length
+    for tool in tools:
+        chars = getattr(tool, "max_observation_chars", None)
+        if chars and chars > limit:
+            problems.append(f"multi_turn.max_tool_response_length={limit} characters is below tool {tool.name}'s "
+                            f"max_observation_chars={chars}: verl would cut observations mid-passage")
