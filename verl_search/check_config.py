@@ -23,6 +23,7 @@ the recipe, the overrides), then checked:
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 from pathlib import Path
@@ -67,6 +68,15 @@ def _check_tools(rollout: DictConfig, problems: list[str]) -> list:
     if not Path(path).is_file():
         problems.append(f"multi_turn.tool_config_path {path} does not exist")
         return []
+    for entry in OmegaConf.load(path).get("tools") or []:
+        module = str(entry.get("class_name", "")).rpartition(".")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:  # verl's own loader would fail with "'NoneType' object has no attribute 'loader'"
+            problems.append(f"tool class {entry.get('class_name')!r} in {path} does not import: no module {module!r}")
+            return []
     try:
         from verl.tools.tool_registry import initialize_tools_from_config
 

@@ -37,8 +37,9 @@ class Interrupt(Exception):
 
 
 def options(tmp_path, bm25_server, **kw):
+    kw.setdefault("batch_size", 2)
     return EvalOptions(data=[str(MINI_QA)], out=str(tmp_path / "run"), retrieval_url=f"{bm25_server.url}/retrieve",
-                       max_per_source=2, batch_size=2, **kw)
+                       max_per_source=2, **kw)
 
 
 def test_eval_writes_trajectories_report_and_resumes(tmp_path, tiny_qwen, bm25_server):

@@ -53,7 +53,7 @@ def rewrite(parquet_path, tmp_path, change):
     [
         (["actor_rollout_ref.rollout.multi_turn.tool_config_path=/nonexistent/tools.yaml"], None,
          "tool_config_path /nonexistent/tools.yaml does not exist"),  # tool config missing
-        ("BAD_TOOL_CLASS", None, "does not load: ModuleNotFoundError"),  # tool class does not import
+        ("BAD_TOOL_CLASS", None, "'verl_search.tools.nope.NopeTool' in"),  # tool class does not import
         (["actor_rollout_ref.rollout.multi_turn.format=qwen"], None, "'qwen' is not a verl tool parser"),  # parser
         ([], lambda f: f.__setitem__("agent_name", "nope_agent"), "agent loop 'nope_agent' is not registered"),
         (["actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"], lambda f: f.drop(columns="agent_name", inplace=True),
