@@ -57,7 +57,7 @@ class _Service:
 
     def load(self, source: RetrieverSource, on_failure: Callable[[BaseException], None] | None) -> None:
         try:
-            retriever = source() if callable(source) and not isinstance(source, Retriever) else source
+            retriever = source if isinstance(source, Retriever) else source()
             self.batcher = MicroBatcher(
                 retriever,
                 micro_batching=self.settings.micro_batching,
