@@ -64,8 +64,9 @@ class SearchR1AgentLoop(AgentLoopBase):
     """Search-R1 tag-protocol agent loop.
 
     Args (the YAML entry's keys; units in brackets):
-        retrieval_service_url, topk, timeout [s], max_retries, deadline [s], max_concurrency:
-            the retrieval client, as for `SearchTool` (same code: `verl_search.tools.client`).
+        retrieval_service_url, topk, timeout [s], max_retries, deadline [s], max_concurrency, ...:
+            any `verl_search.tools.client.SearchClientConfig` key, with its defaults: the same
+            client as `SearchTool`.
         max_turns: searches allowed (default 4, the paper's); invalid actions count as turns.
             After the last one the observation says no more searches are allowed, and the model
             gets one more turn to answer.
@@ -83,12 +84,6 @@ class SearchR1AgentLoop(AgentLoopBase):
     def __init__(
         self,
         *args,
-        retrieval_service_url: str = "http://127.0.0.1:8000/retrieve",
-        topk: int = 3,
-        timeout: float = 5.0,
-        max_retries: int = 3,
-        deadline: float = 20.0,
-        max_concurrency: int = 64,
         max_turns: int = 4,
         max_tokens_per_turn: int = 500,
         max_obs_tokens: int = 500,
@@ -97,13 +92,11 @@ class SearchR1AgentLoop(AgentLoopBase):
         use_chat_template: bool | str = "auto",
         **kwargs,
     ):
+        client_keys = set(client.SearchClientConfig.__dataclass_fields__)
+        self.client_config = client.SearchClientConfig(**{k: kwargs.pop(k) for k in list(kwargs) if k in client_keys})
         super().__init__(*args, **kwargs)
         if max_turns < 0 or max_tokens_per_turn < 1 or max_obs_tokens < 1:
             raise ValueError(f"max_turns={max_turns} must be >= 0, token limits >= 1")
-        self.client_config = client.SearchClientConfig(
-            retrieval_service_url=retrieval_service_url, topk=topk, timeout=timeout, max_retries=max_retries,
-            deadline=deadline, max_concurrency=max_concurrency,
-        )
         self.max_turns = max_turns
         self.max_tokens_per_turn = max_tokens_per_turn
         self.max_obs_tokens = max_obs_tokens

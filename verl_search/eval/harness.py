@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -80,7 +80,6 @@ class EvalOptions:
     prompt_length: int = 1024
     response_length: int = 2048
     temperature: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def row_id(row: dict) -> str:
