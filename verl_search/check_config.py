@@ -31,6 +31,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from verl_search.configs import config_path
+from verl_search.verl_compat import check_verl_version
 
 ENV_DEFAULTS = {"VERL_SEARCH_TOOL_CONFIG": "tool", "VERL_SEARCH_AGENT_LOOPS": "agent-loop"}
 
@@ -40,9 +41,13 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
 
     `$VERL_SEARCH_TOOL_CONFIG` / `$VERL_SEARCH_AGENT_LOOPS` (used by the shipped recipes) default to
     the shipped YAMLs, as the recipes' `run.sh` sets them.
+
+    Raises:
+        verl_search.verl_compat.UnsupportedVerlVersion: the installed verl is not the supported one.
     """
     from verl_search.rollout.verl_config import compose_verl_config
 
+    check_verl_version()
     for variable, name in ENV_DEFAULTS.items():
         os.environ.setdefault(variable, config_path(name))
     try:

@@ -1,5 +1,8 @@
 """`verl-search` command line: `index build`, `serve`, `eval`, `check-config`, `download`, `config-path`.
 
+`index build` and `serve` run on the base install; `eval` and `check-config` need the `[verl]`
+extra and exit 2 with the `pip install` line when it is missing (see `verl_search.extras`).
+
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
 errors (bad paths, mismatched index) into a one-line message and exit code 2.
 """
@@ -10,11 +13,21 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
+
+from verl_search import __version__
+from verl_search.extras import require_extra
+from verl_search.verl_compat import UnsupportedVerlVersion, check_verl_version
 
 logger = logging.getLogger("verl_search")
 
-EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, ConnectionError, KeyError)
+EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, ConnectionError, KeyError,
+                   UnsupportedVerlVersion)
+#: sub-commands that need an extra: checked before the command imports anything of it
+NEEDS_EXTRA = {"eval": "verl", "check-config": "verl"}
+#: sub-commands that drive verl: they stop on another verl version (verl_search.verl_compat)
+NEEDS_VERL = {"eval", "check-config"}
 
 
 def _add_index_parser(sub) -> None:
@@ -59,31 +72,30 @@ def default_data_dir() -> Path:
 
 
 def _add_eval_parser(sub) -> None:
-    from verl_search.eval.harness import EvalOptions
-
-    d = EvalOptions(data=[], out="")
-    ev = sub.add_parser("eval", help="evaluate a model on QA data through verl's agent loop")
+    # Defaults live in EvalOptions (one home); None here means "EvalOptions' default". The parser
+    # imports nothing of the eval side, so `verl-search serve` works in a retriever-only install.
+    ev = sub.add_parser("eval", help="evaluate a model on QA data through verl's agent loop (needs [verl])")
     ev.add_argument("--data", action="append", help="[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable); "
                     "default: $VERL_SEARCH_DATA or ../shared/data, mini_wiki/qa.jsonl")
     ev.add_argument("--out", default="runs/eval", help="output folder (a rerun resumes it)")
-    ev.add_argument("--protocol", choices=["search_r1", "tool"], default=d.protocol)
-    ev.add_argument("--model", default=d.model, help="HF model folder, a folder holding --gguf-file, or smollm2")
+    ev.add_argument("--protocol", choices=["search_r1", "tool"], help="default: search_r1")
+    ev.add_argument("--model", help="HF model folder, a folder holding --gguf-file, or smollm2 (default)")
     ev.add_argument("--gguf-file", default=None)
-    ev.add_argument("--engine", choices=["transformers", "sglang"], default=d.engine)
+    ev.add_argument("--engine", choices=["transformers", "sglang"], help="default: transformers")
     ev.add_argument("--engine-url", default=None, help="sglang: the server's base URL")
     group = ev.add_mutually_exclusive_group()
     group.add_argument("--retrieval-url", help="a running /retrieve endpoint")
     group.add_argument("--index", help="an index folder, served for the length of the run")
     ev.add_argument("--max-per-source", type=int, default=None, help="at most N questions per data source")
-    ev.add_argument("--seed", type=int, default=d.seed)
-    ev.add_argument("--batch-size", type=int, default=d.batch_size)
-    ev.add_argument("--max-turns", type=int, default=d.max_turns, help="searches allowed (Search-R1: 4)")
-    ev.add_argument("--topk", type=int, default=d.topk)
-    ev.add_argument("--max-tokens-per-turn", type=int, default=d.max_tokens_per_turn)
-    ev.add_argument("--max-obs-tokens", type=int, default=d.max_obs_tokens)
-    ev.add_argument("--prompt-length", type=int, default=d.prompt_length)
-    ev.add_argument("--response-length", type=int, default=d.response_length)
-    ev.add_argument("--temperature", type=float, default=d.temperature, help="0: greedy")
+    ev.add_argument("--seed", type=int, help="default: 0")
+    ev.add_argument("--batch-size", type=int, help="questions rolled out together (default 16)")
+    ev.add_argument("--max-turns", type=int, help="searches allowed (default 4, Search-R1's)")
+    ev.add_argument("--topk", type=int, help="passages per search (default 3)")
+    ev.add_argument("--max-tokens-per-turn", type=int, help="default 128 (CPU-sized)")
+    ev.add_argument("--max-obs-tokens", type=int, help="default 500")
+    ev.add_argument("--prompt-length", type=int, help="verl's rollout.prompt_length, tokens")
+    ev.add_argument("--response-length", type=int, help="verl's rollout.response_length, tokens")
+    ev.add_argument("--temperature", type=float, help="0 (default): greedy")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -98,13 +110,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 "or fetch the FlashRAG QA sets on a machine with internet: verl-search download datasets --out DIR"
             )
         data = [str(default)]
-    options = EvalOptions(
-        data=data, out=args.out, protocol=args.protocol, model=args.model, gguf_file=args.gguf_file,
-        engine=args.engine, engine_url=args.engine_url, retrieval_url=args.retrieval_url, index=args.index,
-        max_per_source=args.max_per_source, seed=args.seed, batch_size=args.batch_size, max_turns=args.max_turns,
-        topk=args.topk, max_tokens_per_turn=args.max_tokens_per_turn, max_obs_tokens=args.max_obs_tokens,
-        prompt_length=args.prompt_length, response_length=args.response_length, temperature=args.temperature,
-    )
+    given = {key: value for key, value in vars(args).items() if value is not None and key != "data"}
+    options = EvalOptions(data=data, **{f.name: given[f.name] for f in fields(EvalOptions) if f.name in given})
     run_eval(options)
     logger.info("report written to %s/report.md", args.out)
     return 0
@@ -113,6 +120,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The `verl-search` argument parser."""
     parser = argparse.ArgumentParser(prog="verl-search", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_index_parser(sub)
     _add_serve_parser(sub)
@@ -225,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     command = COMMANDS[(args.command, getattr(args, f"{args.command}_command", None))]
     try:
+        if args.command in NEEDS_EXTRA:
+            require_extra(NEEDS_EXTRA[args.command])
+        if args.command in NEEDS_VERL:
+            check_verl_version()
         return command(args)
     except EXPECTED_ERRORS as exc:
         logger.error("%s", exc)

@@ -34,6 +34,7 @@ from verl_search.agent_loop.protocol import (
 from verl_search.tools import client
 from verl_search.tools.formatting import format_results
 from verl_search.tools.search_tool import record_search
+from verl_search.verl_compat import check_verl_version
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class SearchR1AgentLoop(AgentLoopBase):
         use_chat_template: bool | str = "auto",
         **kwargs,
     ):
+        check_verl_version()  # verl's agent-loop internals change between releases: fail here, not mid-rollout
         client_keys = set(client.SearchClientConfig.__dataclass_fields__)
         self.client_config = client.SearchClientConfig(**{k: kwargs.pop(k) for k in list(kwargs) if k in client_keys})
         super().__init__(*args, **kwargs)

@@ -34,6 +34,7 @@ from verl_search.configs import config_path
 from verl_search.data.preprocess import Source, build_rows, write_parquet
 from verl_search.eval.report import write_report
 from verl_search.rewards import compute_score, gold_answers
+from verl_search.verl_compat import check_verl_version
 
 logger = logging.getLogger(__name__)
 
@@ -259,6 +260,7 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
         FileNotFoundError, ValueError: bad inputs or options (named in the message).
         RuntimeError: verl's dataset did not keep every row.
     """
+    check_verl_version()
     from verl.experimental.agent_loop import AgentLoopWorker
 
     from verl_search.rollout.batch import load_dataset

@@ -41,6 +41,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from verl_search.tools import client
 from verl_search.tools.formatting import format_results
+from verl_search.verl_compat import check_verl_version
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class SearchTool(BaseTool):
     """
 
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
+        check_verl_version()  # BaseTool's interface is verl 0.9.1's
         # BaseTool.__init__ only sets these three attributes, and prints the schema to stdout.
         self.config = dict(config or {})
         self.tool_schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)

@@ -1,0 +1,49 @@
+"""Which optional part of the package a feature needs, and the one `pip install` line that adds it.
+
+The base install (`pip install verl-search`) is the retrieval service: BM25 index build and serve.
+Everything else sits behind an extra (see setup.py). A feature that finds its extra missing raises
+`MissingExtraError`, an `ImportError` whose message is the `pip install` line to run; the CLI turns it
+into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+#: extra name -> (top-level modules it provides, what it is for)
+EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
+    "verl": (("verl", "pandas", "omegaconf", "hydra", "aiohttp"),
+             "the verl side (SearchTool, agent loop, eval, check-config, train)"),
+    "dense": (("faiss", "sentence_transformers"), "dense retrieval (faiss + a sentence encoder)"),
+}
+
+
+class MissingExtraError(ImportError):
+    """A feature's optional dependencies are not installed; the message says what to install."""
+
+
+def install_line(extra: str) -> str:
+    """The command that adds `extra`, e.g. `pip install "verl-search[verl]"`."""
+    return f'pip install "verl-search[{extra}]"'
+
+
+def missing_modules(extra: str) -> list[str]:
+    """Top-level modules of `extra` that cannot be found (without importing them).
+
+    Raises:
+        KeyError: `extra` is not one of `EXTRAS`.
+    """
+    if extra not in EXTRAS:
+        raise KeyError(f"unknown extra {extra!r}; known: {sorted(EXTRAS)}")
+    return [name for name in EXTRAS[extra][0] if importlib.util.find_spec(name) is None]
+
+
+def require_extra(extra: str) -> None:
+    """Raise `MissingExtraError` naming the install line if any module of `extra` is missing."""
+    missing = missing_modules(extra)
+    if missing:
+        raise MissingExtraError(
+            f"{EXTRAS[extra][1]} needs {', '.join(missing)}, which is not installed here; "
+            f"run: {install_line(extra)}"
+        )
+
