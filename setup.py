@@ -49,6 +49,7 @@ setup(
         # and taken without its extras (they pin another torch).
         "verl": [
             f"verl=={VERL}",
+            "cachetools",  # verl 0.9.1 imports it (verl/workers/rollout/router.py) without declaring it
             "aiohttp",
             "pandas",
             "pyarrow",
