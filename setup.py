@@ -4,7 +4,7 @@ The base install is the retrieval service (index builder, `/retrieve` server, th
 no torch, so it can live in an environment of its own, as every Search-R1 guide runs it. Extras:
 `[dense]` (faiss-cpu + sentence-transformers, needs torch: `pip install torch==2.13.0` first on CPU
 machines), `[gpu]`, `[verl]` (SearchTool, agent loop, rewards, preprocessing, eval, check-config)
-and `[test]`. `verl_search/extras.py` names the extra each command needs.
+and `[test]`. `src/verl_search/extras.py` names the extra each command needs.
 """
 
 import re
@@ -13,9 +13,9 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
-VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "verl_search" / "__init__.py").read_text(), re.M).group(1)
-# the one verl release we support is declared in verl_search/verl_compat.py (its start-up guard checks it)
-VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "verl_search" / "verl_compat.py").read_text(), re.M).group(1)
+VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "src" / "verl_search" / "__init__.py").read_text(), re.M).group(1)
+# the one verl release we support is declared in src/verl_search/verl_compat.py (its start-up guard checks it)
+VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "src" / "verl_search" / "verl_compat.py").read_text(), re.M).group(1)
 
 setup(
     name="verl-search",
@@ -24,9 +24,10 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["verl_search", "verl_search.*"]) + ["verl_search.tool_configs"],
-    # tool_configs/ (verl tool YAMLs) lives at the top of the repository and installs as verl_search.tool_configs
-    package_dir={"verl_search.tool_configs": "tool_configs"},
+    # src/ layout: tests and tools import the installed package, never the checkout, so a file left out of
+    # the wheel fails CI, not a user
+    package_dir={"": "src"},
+    packages=find_packages("src", include=["verl_search", "verl_search.*"]),
     package_data={"verl_search.tool_configs": ["*.yaml"], "verl_search.agent_loop": ["*.yaml"]},
     install_requires=[
         # the retrieval service and index builder (BM25)
