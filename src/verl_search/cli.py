@@ -1,4 +1,4 @@
-"""`verl-search` command line: `index build`, `serve`, `eval`, `check-config`, `download`, `config-path`.
+"""`verl-search` command line: `index build`, `serve`, `eval`, `train`, `check-config`, `download`, `config-path`.
 
 `index build` and `serve` run on the base install; `eval` and `check-config` need the `[verl]`
 extra and exit 2 with the `pip install` line when it is missing (see `verl_search.extras`).
@@ -10,6 +10,7 @@ errors (bad paths, mismatched index) into a one-line message and exit code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -25,9 +26,9 @@ logger = logging.getLogger("verl_search")
 EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, ConnectionError, KeyError,
                    UnsupportedVerlVersion)
 #: sub-commands that need an extra: checked before the command imports anything of it
-NEEDS_EXTRA = {"eval": "verl", "check-config": "verl"}
+NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl"}
 #: sub-commands that drive verl: they stop on another verl version (verl_search.verl_compat)
-NEEDS_VERL = {"eval", "check-config"}
+NEEDS_VERL = {"eval", "check-config", "train"}
 
 
 def _add_index_parser(sub) -> None:
@@ -128,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="compose a training recipe on CPU and check it before using GPUs")
     check.add_argument("recipe", help="recipe YAML (extends ppo_trainer via hydra.searchpath)")
     check.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
+    train = sub.add_parser("train", help="run a training recipe through verl's main_ppo (check-config first)")
+    train.add_argument("recipe", help="recipe YAML, e.g. examples/grpo_qwen2.5-3b-instruct_tool/config.yaml")
+    train.add_argument("--cpu", action="store_true",
+                       help="train on the CPU: verl_search's CPU plugin, transformers rollout, CPU overrides")
+    service = train.add_mutually_exclusive_group()
+    service.add_argument("--retrieval-url", help="a running /retrieve endpoint (default: $VERL_SEARCH_URL)")
+    service.add_argument("--index", help="an index folder, served for the length of the run")
+    train.add_argument("--skip-check", action="store_true", help="do not run check-config first")
+    train.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
     down = sub.add_parser("download", help="download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets")
     down.add_argument("names", nargs="+", choices=["wiki18", "e5-index", "e5-model", "datasets"])
     down.add_argument("--out", required=True, help="folder to write to")
@@ -147,6 +157,42 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 1
     logger.info("%s: the config composes and every check passed", args.recipe)
     return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from verl_search.training.launch import run_training, train_env, train_overrides
+
+    overrides = train_overrides(args.overrides, args.cpu)
+    if not args.skip_check:
+        from verl_search.check_config import check_config
+
+        with _environment(train_env(args.cpu, args.retrieval_url)):
+            problems = check_config(args.recipe, overrides)
+        for problem in problems:
+            logger.error("%s", problem)
+        if problems:
+            logger.error("%s: %d problem(s); not training", args.recipe, len(problems))
+            return 1
+    with contextlib.ExitStack() as stack:
+        url = args.retrieval_url
+        if args.index:
+            from verl_search.server.runner import SubprocessServer
+
+            url = f"{stack.enter_context(SubprocessServer(['--index', args.index])).url}/retrieve"
+        return run_training(args.recipe, args.overrides, cpu=args.cpu, retrieval_url=url)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]):
+    """Run a block with `os.environ` set to `env`, then restore it."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def cmd_download(args: argparse.Namespace) -> int:
@@ -221,6 +267,7 @@ COMMANDS = {
     ("serve", None): cmd_serve,
     ("eval", None): cmd_eval,
     ("check-config", None): cmd_check_config,
+    ("train", None): cmd_train,
     ("download", None): cmd_download,
     ("config-path", None): cmd_config_path,
 }

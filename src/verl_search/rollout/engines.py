@@ -4,7 +4,10 @@ sampling_params=...) -> TokenOutput`, which is what `AgentLoopWorker` calls (ver
 
 * `TransformersEngine` (CPU or one GPU, no server): transformers `generate`, batching the
   requests of concurrent trajectories into one forward pass. Greedy when `temperature` is 0
-  (verl's validation default); honours `max_tokens`, `stop` strings and the model's EOS tokens.
+  (verl's validation default); honours `max_tokens`, `stop` strings and the model's EOS tokens;
+  returns per-token log-probs when `logprobs` is set. It is both `verl-search eval`'s engine and
+  the generation inside the CPU training rollout (`verl_search.training.rollout`), which loads
+  the trainer's weights into it every step (`load_weights`).
 * `SGLangEngine` (GPU): an SGLang server the user starts
   (`python -m sglang.launch_server --model-path MODEL --port 30000`), called at its native
   `POST /generate` with `input_ids`, answering `output_ids`. Not exercised here (no GPU).
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -72,6 +76,7 @@ class TransformersEngine:
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self._torch = torch
+        self._model_lock = threading.Lock()  # a weight update never lands in the middle of a batch
         self._pending: list[_Request] = []
         self._worker: asyncio.Task | None = None
         self.batches = 0
@@ -95,10 +100,38 @@ class TransformersEngine:
                 for request in batch:
                     request.future.set_exception(exc)
                 continue
-            for request, ids in zip(batch, outputs):
-                request.future.set_result(TokenOutput(token_ids=ids, num_preempted=0, stop_reason="completed"))
+            for request, (ids, log_probs) in zip(batch, outputs):
+                request.future.set_result(TokenOutput(token_ids=ids, log_probs=log_probs, num_preempted=0,
+                                                      stop_reason="completed"))
 
-    def _generate_batch(self, batch: list[_Request]) -> list[list[int]]:
+    def load_weights(self, named_tensors) -> int:
+        """Copy `(name, tensor)` pairs into the model (blocking; waits for a running batch).
+
+        Names are the model's `state_dict` keys (what verl's `get_per_tensor_param` yields).
+        Returns the number of tensors loaded. Raises `KeyError` naming parameters the model
+        does not have (a different architecture), `ValueError` on a shape mismatch.
+        """
+        torch = self._torch
+        params = self.model.state_dict()
+        loaded = 0
+        with self._model_lock, torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in params:
+                    raise KeyError(f"weight {name!r} is not a parameter of the rollout model "
+                                   f"({type(self.model).__name__}); trainer and rollout models differ")
+                target = params[name]
+                if target.shape != tensor.shape:
+                    raise ValueError(f"weight {name!r}: shape {tuple(tensor.shape)} from the trainer, "
+                                     f"{tuple(target.shape)} in the rollout model")
+                target.copy_(tensor.to(dtype=target.dtype, device=target.device))
+                loaded += 1
+        return loaded
+
+    def _generate_batch(self, batch: list[_Request]) -> list[tuple[list[int], list[float] | None]]:
+        with self._model_lock:
+            return self._generate_batch_locked(batch)
+
+    def _generate_batch_locked(self, batch: list[_Request]) -> list[tuple[list[int], list[float] | None]]:
         torch = self._torch
         params = batch[0].params
         max_new = max(int(r.params.get("max_tokens") or 512) for r in batch)
@@ -115,18 +148,35 @@ class TransformersEngine:
             sampling = {"do_sample": True, "temperature": temperature, "top_p": float(params.get("top_p") or 1.0),
                         "top_k": top_k if top_k > 0 else None}
         stops = sorted({s for r in batch for s in r.params.get("stop") or []})
+        want_log_probs = any(r.params.get("logprobs") for r in batch)
         started = time.perf_counter()
         with torch.inference_mode():
             output = self.model.generate(
                 input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new, eos_token_id=sorted(self.eos_ids),
                 pad_token_id=self.pad_id, stop_strings=stops or None, tokenizer=self.tokenizer if stops else None,
-                **sampling,
+                return_dict_in_generate=True, output_logits=want_log_probs, **sampling,
             )
+        sequences = output.sequences
         self.batches += 1
         self.requests += len(batch)
         logger.info("generated a batch of %d (prompt width %d, up to %d new tokens, %d generated) in %.1f s",
-                    len(batch), width, max_new, output.shape[1] - width, time.perf_counter() - started)
-        return [self._trim(output[row, width:].tolist(), request) for row, request in enumerate(batch)]
+                    len(batch), width, max_new, sequences.shape[1] - width, time.perf_counter() - started)
+        results = []
+        for row, request in enumerate(batch):
+            ids = self._trim(sequences[row, width:].tolist(), request)
+            log_probs = None
+            if request.params.get("logprobs"):
+                log_probs = self._token_log_probs(output.logits, row, ids, temperature)
+            results.append((ids, log_probs))
+        return results
+
+    def _token_log_probs(self, step_logits, row: int, ids: list[int], temperature: float) -> list[float]:
+        """log p(token) of each generated token, from the raw logits divided by `temperature`
+        (1 when greedy), as verl's actor computes them."""
+        torch = self._torch
+        scale = temperature if temperature > 0 else 1.0
+        return [float(torch.log_softmax(step_logits[step][row].float() / scale, dim=-1)[token])
+                for step, token in enumerate(ids)]
 
     def _trim(self, ids: list[int], request: _Request) -> list[int]:
         """This request's tokens: up to its first EOS (kept), stop string, or `max_tokens`."""

@@ -1,0 +1,83 @@
+"""verl plugin module for training on the CPU: importing it registers everything, in this process.
+
+This module exists to be imported by verl itself, in the driver and in every Ray worker, through
+verl's external-module hook: `VERL_USE_EXTERNAL_MODULES=verl_search.training.cpu_plugin` (read in
+`verl/__init__.py`), together with `VERL_PLATFORM=cpu`. `verl-search train --cpu` sets both.
+Registration is its only effect, as verl's hook intends; nothing else of verl_search imports it.
+
+It registers, in order:
+1. the CPU platform (`verl_search.training.cpu_platform`) in verl's `PlatformRegistry`;
+2. verl's FSDP/FSDP2 engines (`FSDPEngineWithLMHead`, `FSDPEngineWithValueHead`) for device `cpu`
+   in `EngineRegistry` (verl registers them for cuda/npu only);
+3. the transformers rollout (`verl_search.training.rollout`) in `RolloutReplicaRegistry` as
+   `verl_search_cpu`, and its in-worker adapter (patch P3);
+4. patches P1 and P2 (`verl_search.training.verl_patches`), after checking verl's code;
+5. torch's thread count: every core (`VERL_SEARCH_CPU_THREADS` overrides), since Ray starts
+   workers with `OMP_NUM_THREADS=1`, which would leave the trainer on one core.
+
+It refuses (`UnsupportedVerlVersion`) any verl other than the supported version (`verl_search.verl_compat`).
+"""
+
+from __future__ import annotations
+
+
+from verl_search.training.names import ADAPTER_PATH, ROLLOUT_NAME
+
+_registered = False
+
+
+def _load_replica():
+    from verl_search.training.rollout import TransformersReplica
+
+    return TransformersReplica
+
+
+def register() -> None:
+    """Register the CPU platform, engines, rollout and patches (once per process).
+
+    Raises `verl_search.verl_compat.UnsupportedVerlVersion` on another verl version and
+    `verl_search.training.verl_patches.VerlChangedError` if patched code changed.
+    """
+    global _registered
+    if _registered:
+        return
+    import os
+
+    import torch
+
+    from verl_search.verl_compat import check_verl_version
+
+    check_verl_version()
+
+    from verl.plugin.platform import PlatformRegistry
+
+    from verl_search.training.cpu_platform import PLATFORM_NAME, make_platform_class
+
+    # first: importing verl's engines and rollouts asks for the platform at module level
+    if PlatformRegistry.get(PLATFORM_NAME) is None:
+        PlatformRegistry.register(platform=PLATFORM_NAME)(make_platform_class())
+
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from verl_search.training import verl_patches
+
+    verl_patches.patch_process_group_backend()
+    verl_patches.patch_unpinned_offload()
+
+    from verl.workers.engine.fsdp import transformer_impl
+
+    for model_type, engine in (("language_model", transformer_impl.FSDPEngineWithLMHead),
+                               ("value_model", transformer_impl.FSDPEngineWithValueHead)):
+        EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device="cpu")(engine)
+
+    # by name: the rollout module imports verl, which may be importing this plugin right now
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
+    verl_patches.register_rollout_adapter(ROLLOUT_NAME, ADAPTER_PATH)
+
+    threads = int(os.environ.get("VERL_SEARCH_CPU_THREADS", 0)) or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    _registered = True
+
+
+register()

@@ -1,0 +1,124 @@
+"""`verl-search train RECIPE [overrides] [--cpu]`: a shipped recipe through verl's own `main_ppo`.
+
+The command is `python -m verl.trainer.main_ppo --config-path DIR --config-name NAME overrides...`,
+as a user would type it, with:
+
+* the environment the recipes read: `VERL_SEARCH_TOOL_CONFIG` / `VERL_SEARCH_AGENT_LOOPS` (the
+  shipped YAMLs, unless set) and `VERL_SEARCH_URL` (the retrieval endpoint);
+* with `--cpu`, the CPU plugin (`VERL_USE_EXTERNAL_MODULES=verl_search.training.cpu_plugin`,
+  `VERL_PLATFORM=cpu`) and `cpu_overrides()`, placed before the user's overrides; a user override
+  of the same key replaces ours.
+
+`verl-search check-config` runs on the same recipe and overrides first, so a broken recipe fails in
+seconds. The GPU recipes are unchanged: without `--cpu` nothing is added but the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from verl_search.configs import config_path
+from verl_search.training.names import PLUGIN_MODULE, ROLLOUT_NAME
+
+EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
+PLATFORM_ENV = "VERL_PLATFORM"
+CPU_LOGICAL_CPUS = 8
+"""Ray's logical CPU count on a CPU run: verl and TransferQueue place several 1-CPU actors
+(task runner, storage, agent-loop and reward workers) that mostly wait; 2 real cores would
+leave some of them unscheduled forever."""
+
+
+def override_key(override: str) -> str:
+    """The config key of a hydra override: `+a.b=1` -> `a.b`, `~a.b` -> `a.b`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(defaults: list[str], given: list[str]) -> list[str]:
+    """`defaults` whose key `given` does not set, then `given` (hydra refuses a key set twice)."""
+    keys = {override_key(o) for o in given}
+    return [o for o in defaults if override_key(o) not in keys] + list(given)
+
+
+def _given_value(given: list[str], key: str, default: str) -> str:
+    for override in reversed(given):
+        if override_key(override) == key and "=" in override:
+            return override.split("=", 1)[1]
+    return default
+
+
+def cpu_overrides(given: list[str] = ()) -> list[str]:
+    """What a recipe needs to run on the CPU with the plugin, each for a reason:
+
+    - `trainer.device=cpu`; the rollout `verl_search_cpu` (transformers; vLLM/SGLang need a GPU);
+    - FSDP2 for actor, reference and critic (FSDP1 hard-codes `sync_module_states=True`, a
+      broadcast from a device);
+    - `attn_implementation=sdpa` for actor and critic (verl's default is flash-attention);
+    - `trainer.n_gpus_per_node` logical GPUs (default 1) and as many in Ray
+      (`ray_kwargs.ray_init.num_gpus`): each is a trainer worker on the shared cores;
+    - `CPU_LOGICAL_CPUS` logical CPUs for Ray; one TransferQueue storage unit, one agent-loop
+      worker and one reward worker (verl starts 8 of each: 24 processes on a laptop's cores).
+    """
+    gpus = _given_value(list(given), "trainer.n_gpus_per_node", "1")
+    return [
+        "trainer.device=cpu",
+        f"trainer.n_gpus_per_node={gpus}",
+        f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "critic.strategy=fsdp2",
+        "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "++critic.model.override_config.attn_implementation=sdpa",
+        f"++ray_kwargs.ray_init.num_gpus={gpus}",
+        f"ray_kwargs.ray_init.num_cpus={CPU_LOGICAL_CPUS}",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+    ]
+
+
+def train_overrides(given: list[str], cpu: bool) -> list[str]:
+    """The overrides `main_ppo` gets: `cpu_overrides()` (with `cpu`) merged under `given`."""
+    return merge_overrides(cpu_overrides(given), given) if cpu else list(given)
+
+
+def train_env(cpu: bool, retrieval_url: str | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for `main_ppo` (Ray's local workers inherit it).
+
+    Args:
+        cpu: add the CPU plugin and platform.
+        retrieval_url: the `/retrieve` endpoint (`VERL_SEARCH_URL`); default: keep the inherited one.
+        base: the environment to start from (default: `os.environ`).
+    """
+    env = dict(os.environ if base is None else base)
+    env.setdefault("VERL_SEARCH_TOOL_CONFIG", config_path("tool"))
+    env.setdefault("VERL_SEARCH_AGENT_LOOPS", config_path("agent-loop"))
+    if retrieval_url:
+        env["VERL_SEARCH_URL"] = retrieval_url
+    if cpu:
+        modules = [m for m in env.get(EXTERNAL_MODULES_ENV, "").split(",") if m]
+        if PLUGIN_MODULE not in modules:
+            modules.append(PLUGIN_MODULE)
+        env[EXTERNAL_MODULES_ENV] = ",".join(modules)
+        env[PLATFORM_ENV] = "cpu"
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def main_ppo_command(recipe: str | os.PathLike, overrides: list[str]) -> list[str]:
+    """`python -m verl.trainer.main_ppo --config-path DIR --config-name NAME overrides...`."""
+    recipe = Path(recipe).resolve()
+    if not recipe.is_file():
+        raise FileNotFoundError(f"recipe {recipe} does not exist; pass a recipe YAML such as "
+                                "examples/grpo_qwen2.5-3b-instruct_tool/config.yaml")
+    return [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={recipe.parent}",
+            f"--config-name={recipe.stem}", *overrides]
+
+
+def run_training(recipe: str | os.PathLike, overrides: list[str], *, cpu: bool = False,
+                 retrieval_url: str | None = None) -> int:
+    """Run `main_ppo` on `recipe` and return its exit code (blocking; output goes to ours)."""
+    command = main_ppo_command(recipe, train_overrides(overrides, cpu))
+    return subprocess.call(command, env=train_env(cpu, retrieval_url))

@@ -1,0 +1,180 @@
+"""A transformers rollout for verl's trainer on the CPU: replica, server actor, in-worker adapter.
+
+verl 0.9.1 generates through rollout *replicas* (`verl/workers/rollout/replica.py`): each replica
+launches server actors; the agent loops call `server.generate.remote(prompt_ids=...,
+sampling_params=..., request_id=...) -> TokenOutput` (`verl/workers/rollout/llm_server.py`); after
+each update the trainer pushes weights through the `BaseRollout` adapter living in every trainer
+worker (`verl/workers/engine_workers.py`, `update_weights`). vLLM and SGLang need a GPU; this is
+the same contract on `TransformersEngine` (the one `verl-search eval` uses), registered as
+rollout name `verl_search.training.names.ROLLOUT_NAME`:
+
+* `TransformersReplica`: hybrid mode (the trainer's workers own the resources); one
+  `TransformersRolloutServer` actor per replica, on the node of the replica's first worker, named
+  `server_actor_name(replica_rank)`.
+* `TransformersRolloutServer`: loads the model from `model.path`, batches concurrent `generate`
+  calls into one `model.generate` (stop strings, EOS, `max_tokens`, temperature / top-p / top-k,
+  log-probs when `calculate_log_probs`), takes weights with `update_weights`. Sleep / wake-up /
+  KV-cache calls are no-ops: nothing to free on a CPU.
+* `TransformersServerAdapter`: in each trainer worker; sends the trainer's full tensors to its
+  replica's server (through Ray's object store) after every update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+import ray
+import torch
+
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+from verl_search.training.names import ROLLOUT_NAME
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH_SIZE = 64
+"""Most requests the server batches into one `generate` (also capped by `rollout.max_num_seqs`)."""
+
+
+def server_actor_name(replica_rank: int) -> str:
+    """The Ray actor name of replica `replica_rank`'s server (the adapter finds it by name)."""
+    return f"verl_search_cpu_rollout_server_{replica_rank}"
+
+
+def default_max_tokens(config, prompt_length: int) -> int:
+    """New tokens allowed when a request names no `max_tokens` (SGLang server's rule in verl):
+    `min(response_length, prompt_length + response_length - len(prompt))`, at least 0."""
+    return max(0, min(config.response_length, config.prompt_length + config.response_length - prompt_length))
+
+
+class TransformersRolloutServer:
+    """One replica's generation server (a Ray actor): `TransformersEngine` over `model.path`.
+
+    Args:
+        config: verl's `RolloutConfig` (`response_length`, `prompt_length`, `max_num_seqs` are read).
+        model_config: verl's `HFModelConfig` (`local_path`, `trust_remote_code`).
+        replica_rank: this replica's rank (logs only).
+        num_threads: torch threads for generation (default: every core; Ray starts actors with 1).
+    """
+
+    def __init__(self, config, model_config, replica_rank: int, num_threads: int | None = None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        from verl_search.rollout.engines import TransformersEngine
+
+        torch.set_num_threads(num_threads or os.cpu_count() or 1)
+        # the replica hands over the model section as a DictConfig (as to SGLang's server)
+        model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.config = config
+        self.replica_rank = replica_rank
+        path = model_config.local_path
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_config.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
+                                                     trust_remote_code=model_config.trust_remote_code)
+        batch = max(1, min(MAX_BATCH_SIZE, int(getattr(config, "max_num_seqs", MAX_BATCH_SIZE) or MAX_BATCH_SIZE)))
+        self.engine = TransformersEngine(model, tokenizer, max_batch_size=batch)
+        self.weight_updates = 0
+        logger.info("rollout server %d: %s loaded from %s, batches of up to %d", replica_rank,
+                    type(model).__name__, path, batch)
+
+    async def generate(self, prompt_ids, sampling_params: dict[str, Any], request_id: str,
+                       image_data=None, video_data=None, **kwargs) -> TokenOutput:
+        """One turn: token ids in, `TokenOutput` (token ids, log-probs if asked) out."""
+        if image_data is not None or video_data is not None:
+            raise NotImplementedError("the CPU transformers rollout serves text-only models")
+        prompt_ids = [int(t) for t in (prompt_ids.tolist() if hasattr(prompt_ids, "tolist") else prompt_ids)]
+        params = dict(sampling_params)
+        requested = params.pop("max_new_tokens", None) or params.get("max_tokens")
+        limit = default_max_tokens(self.config, len(prompt_ids))
+        params["max_tokens"] = min(int(requested), limit) if requested else limit
+        if params["max_tokens"] == 0:
+            return TokenOutput(token_ids=[], log_probs=[] if params.get("logprobs") else None, stop_reason="completed")
+        output = await self.engine.generate(request_id, prompt_ids=prompt_ids, sampling_params=params)
+        output.extra_fields["global_steps"] = self.weight_updates
+        return output
+
+    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
+        """Load the trainer's tensors (names as in the model's `state_dict`); returns how many."""
+        loaded = await asyncio.to_thread(self.engine.load_weights, named_tensors)
+        self.weight_updates += 1
+        logger.info("rollout server %d: %d tensors loaded (update %d)", self.replica_rank, loaded,
+                    self.weight_updates)
+        return loaded
+
+    async def stats(self) -> dict[str, int]:
+        """Counters: `batches`, `requests`, `weight_updates`."""
+        return {"batches": self.engine.batches, "requests": self.engine.requests,
+                "weight_updates": self.weight_updates}
+
+    async def _noop(self, *args, **kwargs) -> None:
+        return None
+
+    # nothing to free or pause on a CPU: the model stays in host memory between steps
+    wake_up = sleep = clear_kv_cache = release_kv_cache = resume_kv_cache = _noop
+    abort_all_requests = resume_generation = start_profile = stop_profile = _noop
+
+
+class TransformersReplica(RolloutReplica):
+    """verl rollout replica served by `TransformersRolloutServer` (hybrid mode only)."""
+
+    async def launch_servers(self):
+        """Start this replica's server actor beside its first worker and wait until it is loaded."""
+        if not self.workers:
+            raise RuntimeError(f"{ROLLOUT_NAME} supports verl's hybrid mode only (actor_rollout_ref.hybrid_engine"
+                               "=true): the trainer's workers hold the resources the rollout runs on")
+        node_id = await self.workers[0].__ray_call__.remote(lambda worker: ray.get_runtime_context().get_node_id())
+        server = ray.remote(TransformersRolloutServer).options(
+            name=server_actor_name(self.replica_rank),
+            num_cpus=0,
+            max_concurrency=self.max_concurrency,
+            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id,
+                                                                                             soft=False),
+        ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        await server.stats.remote()  # raises here if the model failed to load
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"ray://{server_actor_name(self.replica_rank)}"
+
+
+class TransformersServerAdapter(BaseRollout):
+    """In-worker side of the rollout: pushes the trainer's weights to its replica's server.
+
+    Each trainer rank belongs to replica `rank // rollout_world_size`; the rank that is tensor
+    parallel rank 0 of its replica sends, every rank consumes the weight generator (FSDP gathers
+    full tensors collectively).
+    """
+
+    def __init__(self, config, model_config, device_mesh, replica_rank: int = -1, **kwargs):
+        super().__init__(config, model_config, device_mesh)
+        world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
+                 * self.config.pipeline_model_parallel_size)
+        rank = int(os.environ.get("RANK", 0))
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self.sends = rank % world == 0
+        self._server = None
+
+    def _server_handle(self):
+        if self._server is None:
+            self._server = ray.get_actor(server_actor_name(self.replica_rank))
+        return self._server
+
+    async def resume(self, tags: list[str]):
+        return None
+
+    async def release(self):
+        return None
+
+    async def update_weights(self, weights, wire_format: str = "named_tensors", **kwargs):
+        """Send `(name, tensor)` pairs to the server; raises `NotImplementedError` for other wire formats."""
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"{ROLLOUT_NAME} takes full named tensors, not {wire_format!r}")
+        named = [(name, tensor.detach().to("cpu", copy=True).contiguous()) for name, tensor in weights]
+        if self.sends:
+            await self._server_handle().update_weights.remote(named)
