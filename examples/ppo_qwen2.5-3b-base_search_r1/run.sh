@@ -3,7 +3,7 @@
 # then: bash examples/ppo_qwen2.5-3b-base_search_r1/run.sh [hydra overrides...]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-export VERL_SEARCH_AGENT_LOOPS=${VERL_SEARCH_AGENT_LOOPS:-$(verl-search config-path agent-loop)}
 export VERL_SEARCH_URL=${VERL_SEARCH_URL:-http://127.0.0.1:8000/retrieve}
-verl-search check-config "$HERE/config.yaml" "$@"
-python -m verl.trainer.main_ppo --config-path="$HERE" --config-name=config "$@"
+# check-config first (fails in seconds, not after GPU allocation), then verl's main_ppo with the shipped
+# tool / agent-loop YAMLs; add --cpu to try the same recipe on a laptop first (README, "Train on the CPU")
+verl-search train "$HERE/config.yaml" "$@"

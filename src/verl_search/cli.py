@@ -118,6 +118,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cpu", action="store_true",
+                        help="train on the CPU: verl_search's CPU plugin, transformers rollout, CPU overrides")
+    service = parser.add_mutually_exclusive_group()
+    service.add_argument("--retrieval-url", help="a running /retrieve endpoint (default: $VERL_SEARCH_URL)")
+    service.add_argument("--index", help="an index folder, served for the length of the run")
+    parser.add_argument("--skip-check", action="store_true", help="do not run check-config first")
+
+
+def _train_flags_among_overrides(args: argparse.Namespace) -> argparse.Namespace:
+    """`train RECIPE --cpu a=b`: argparse hands everything after RECIPE to `overrides`; take the
+    train flags back out of it (hydra overrides never start with `-`)."""
+    flags = argparse.ArgumentParser(prog="verl-search train", add_help=False)
+    _add_train_flags(flags)
+    args, args.overrides = flags.parse_known_args(args.overrides, namespace=args)
+    return args
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `verl-search` argument parser."""
     parser = argparse.ArgumentParser(prog="verl-search", description=__doc__.splitlines()[0])
@@ -131,13 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
     train = sub.add_parser("train", help="run a training recipe through verl's main_ppo (check-config first)")
     train.add_argument("recipe", help="recipe YAML, e.g. examples/grpo_qwen2.5-3b-instruct_tool/config.yaml")
-    train.add_argument("--cpu", action="store_true",
-                       help="train on the CPU: verl_search's CPU plugin, transformers rollout, CPU overrides")
-    service = train.add_mutually_exclusive_group()
-    service.add_argument("--retrieval-url", help="a running /retrieve endpoint (default: $VERL_SEARCH_URL)")
-    service.add_argument("--index", help="an index folder, served for the length of the run")
-    train.add_argument("--skip-check", action="store_true", help="do not run check-config first")
-    train.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
+    _add_train_flags(train)
+    train.add_argument("overrides", nargs=argparse.REMAINDER,
+                       help="hydra overrides, as for verl.trainer.main_ppo (the flags above may come among them)")
     down = sub.add_parser("download", help="download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets")
     down.add_argument("names", nargs="+", choices=["wiki18", "e5-index", "e5-model", "datasets"])
     down.add_argument("--out", required=True, help="folder to write to")
@@ -160,6 +174,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    args = _train_flags_among_overrides(args)
     from verl_search.training.launch import run_training, train_env, train_overrides
 
     overrides = train_overrides(args.overrides, args.cpu)

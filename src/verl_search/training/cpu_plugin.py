@@ -12,7 +12,8 @@ It registers, in order:
 3. the transformers rollout (`verl_search.training.rollout`) in `RolloutReplicaRegistry` as
    `verl_search_cpu`, and its in-worker adapter (patch P3);
 4. patches P1 and P2 (`verl_search.training.verl_patches`), after checking verl's code;
-5. torch's thread count: every core (`VERL_SEARCH_CPU_THREADS` overrides), since Ray starts
+5. the `verl_search` logger at INFO (verl sets the root logger to WARNING);
+6. torch's thread count: every core (`VERL_SEARCH_CPU_THREADS` overrides), since Ray starts
    workers with `OMP_NUM_THREADS=1`, which would leave the trainer on one core.
 
 It refuses (`UnsupportedVerlVersion`) any verl other than the supported version (`verl_search.verl_compat`).
@@ -41,6 +42,7 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    import logging
     import os
 
     import torch
@@ -75,6 +77,8 @@ def register() -> None:
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
     verl_patches.register_rollout_adapter(ROLLOUT_NAME, ADAPTER_PATH)
 
+    # verl leaves the root logger at WARNING; the rollout server's weight-update lines are INFO
+    logging.getLogger("verl_search").setLevel(logging.INFO)
     threads = int(os.environ.get("VERL_SEARCH_CPU_THREADS", 0)) or os.cpu_count() or 1
     torch.set_num_threads(threads)
     _registered = True

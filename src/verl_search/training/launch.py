@@ -59,7 +59,7 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
     - `trainer.n_gpus_per_node` logical GPUs (default 1) and as many in Ray
       (`ray_kwargs.ray_init.num_gpus`): each is a trainer worker on the shared cores;
     - `CPU_LOGICAL_CPUS` logical CPUs for Ray; one TransferQueue storage unit, one agent-loop
-      worker and one reward worker (verl starts 8 of each: 24 processes on a laptop's cores).
+      worker, one reward worker and no data-loader worker processes (verl starts 8 of each).
     """
     gpus = _given_value(list(given), "trainer.n_gpus_per_node", "1")
     return [
@@ -76,6 +76,7 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
     ]
 
 

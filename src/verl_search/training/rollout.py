@@ -45,6 +45,12 @@ def server_actor_name(replica_rank: int) -> str:
     return f"verl_search_cpu_rollout_server_{replica_rank}"
 
 
+def weights_checksum(named_tensors) -> float:
+    """Sum of all weights in float64, tensors taken in name order: the same weights give the same
+    number wherever it is computed (a checkpoint, the trainer, this server's log)."""
+    return float(sum(tensor.detach().double().sum().item() for _, tensor in sorted(named_tensors, key=lambda p: p[0])))
+
+
 def default_max_tokens(config, prompt_length: int) -> int:
     """New tokens allowed when a request names no `max_tokens` (SGLang server's rule in verl):
     `min(response_length, prompt_length + response_length - len(prompt))`, at least 0."""
@@ -76,7 +82,7 @@ class TransformersRolloutServer:
         self.replica_rank = replica_rank
         path = model_config.local_path
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_config.trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                      trust_remote_code=model_config.trust_remote_code)
         batch = max(1, min(MAX_BATCH_SIZE, int(getattr(config, "max_num_seqs", MAX_BATCH_SIZE) or MAX_BATCH_SIZE)))
         self.engine = TransformersEngine(model, tokenizer, max_batch_size=batch)
@@ -104,8 +110,8 @@ class TransformersRolloutServer:
         """Load the trainer's tensors (names as in the model's `state_dict`); returns how many."""
         loaded = await asyncio.to_thread(self.engine.load_weights, named_tensors)
         self.weight_updates += 1
-        logger.info("rollout server %d: %d tensors loaded (update %d)", self.replica_rank, loaded,
-                    self.weight_updates)
+        logger.info("rollout server %d: weight update %d, %d tensors, checksum %.10e", self.replica_rank,
+                       self.weight_updates, loaded, weights_checksum(named_tensors))
         return loaded
 
     async def stats(self) -> dict[str, int]:

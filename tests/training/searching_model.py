@@ -1,0 +1,56 @@
+"""A tiny random Qwen2, taught in seconds to open every assistant turn with a search.
+
+A randomly initialised model never writes a tool call, so a training test would never see a
+retrieved token. Stand-in for a real policy (none fits CI's 2 cores): the tiny model is fitted
+on a handful of real prompts (the Qwen2.5 chat template, our preprocessing) to continue
+`<|im_start|>assistant\\n` with `SEARCH_TURNS[protocol]`, nearly deterministically, so sampled
+rollouts at temperature 1 still search. Everything after its first turn is its own noise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+QUERY = "Christopher Nolan"
+SEARCH_TURNS = {
+    "tool": '<tool_call>\n{"name": "search", "arguments": {"query_list": ["' + QUERY + '"]}}\n</tool_call><|im_end|>',
+    "search_r1": f"<search> {QUERY} </search>",
+}
+
+
+def _prompts(tokenizer, rows: list[dict], protocol: str, tool_schema: dict | None) -> list[list[int]]:
+    prompts = []
+    for row in rows:
+        messages = [dict(m) for m in row["prompt"]]
+        kwargs = {"tools": [tool_schema]} if protocol == "tool" and tool_schema else {}
+        prompts.append(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs))
+    return [list(p["input_ids"]) if isinstance(p, dict) or hasattr(p, "keys") else list(p) for p in prompts]
+
+
+def make_searching_model(base_folder: Path, out: Path, rows: list[dict], protocol: str,
+                         tool_schema: dict | None = None, steps: int = 120, seed: int = 0) -> Path:
+    """Copy of the tiny model at `base_folder`, fitted to start each turn with a search; returns `out`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_folder)
+    model = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
+    target = tokenizer.encode(SEARCH_TURNS[protocol], add_special_tokens=False)
+    examples = [(prompt, target) for prompt in _prompts(tokenizer, rows, protocol, tool_schema)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(steps):
+        prompt, answer = examples[step % len(examples)]
+        ids = torch.tensor([prompt + answer])
+        labels = torch.tensor([[-100] * len(prompt) + answer])
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "fitted.json").write_text(json.dumps({"protocol": protocol, "final_loss": float(loss), "steps": steps}))
+    return out
