@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,16 +28,21 @@ import pandas as pd
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
-from verl_search.agent_loop.protocol import parse_action
 from verl_search.configs import config_path
 from verl_search.data.preprocess import Source, build_rows, write_parquet
 from verl_search.eval.report import write_report
+from verl_search.protocol import (
+    FAILED_SEARCHES,
+    INVALID_ACTIONS,
+    NUM_SEARCHES,
+    SEARCH_ERRORS,
+    TOOL_CALL_RE,
+    parse_action,
+)
 from verl_search.rewards import compute_score, gold_answers
 from verl_search.verl_compat import check_verl_version
 
 logger = logging.getLogger(__name__)
-
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 @dataclass
@@ -203,7 +207,7 @@ def _queries(text: str) -> list[str]:
     if action.kind == "search":
         return [action.content]
     queries = []
-    for body in _TOOL_CALL.findall(text):
+    for body in TOOL_CALL_RE.findall(text):
         try:
             arguments = json.loads(body).get("arguments", {})
         except (ValueError, AttributeError):
@@ -220,10 +224,10 @@ def trajectory_record(output, position: int, row: dict, tokenizer) -> dict:
     ids = output.batch["responses"][position, :valid].tolist()
     mask = output.batch["response_mask"][position, :valid].tolist()
     fields = {}
-    for key in ("num_searches", "failed_searches", "search_errors", "invalid_actions"):
+    for key in (NUM_SEARCHES, FAILED_SEARCHES, SEARCH_ERRORS, INVALID_ACTIONS):
         value = output.non_tensor_batch[key][position] if key in output.non_tensor_batch else None
         if value is not None:
-            fields[key] = value if key == "search_errors" else int(value)
+            fields[key] = value if key == SEARCH_ERRORS else int(value)
     extra_info = {**row["extra_info"], **fields}
     response = tokenizer.decode(ids, skip_special_tokens=True)  # what verl's reward manager decodes
     score = compute_score(row["data_source"], response, row["reward_model"]["ground_truth"], extra_info)
@@ -231,9 +235,9 @@ def trajectory_record(output, position: int, row: dict, tokenizer) -> dict:
         "id": row_id(row), "data_source": row["data_source"], "question": row["extra_info"].get("question"),
         "golden_answers": gold_answers(row["reward_model"]["ground_truth"]), "prediction": score["pred"],
         "em": score["acc"], "f1": score["f1"], "cover_em": score["cover_em"], "score": score["score"],
-        "format_ok": score["format_ok"], "answered": bool(score["answered"]), "num_searches": score["num_searches"],
-        "failed_searches": score["failed_searches"], "search_errors": list(fields.get("search_errors") or []),
-        "invalid_actions": fields.get("invalid_actions", 0), "generated_tokens": int(sum(mask)),
+        "format_ok": score["format_ok"], "answered": bool(score["answered"]), NUM_SEARCHES: score[NUM_SEARCHES],
+        FAILED_SEARCHES: score[FAILED_SEARCHES], SEARCH_ERRORS: list(fields.get(SEARCH_ERRORS) or []),
+        INVALID_ACTIONS: fields.get(INVALID_ACTIONS, 0), "generated_tokens": int(sum(mask)),
         "response_tokens": len(ids), "turns": _turns(ids, mask, lambda t: tokenizer.decode(t, skip_special_tokens=False)),
     }
 

@@ -24,9 +24,11 @@ import random
 import time
 import weakref
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import aiohttp
 
+from verl_search.protocol import FAILED_SEARCHES, NUM_SEARCHES, SEARCH_ERRORS
 from verl_search.server.schemas import RetrieveRequest
 
 logger = logging.getLogger(__name__)
@@ -228,3 +230,18 @@ def _parse_hits(payload: dict, num_queries: int) -> list[list[dict]]:
         raise ValueError(f"expected 'result' with {num_queries} lists of documents")
     # With return_scores=false each hit is the document; accept the scored shape too.
     return [[hit.get("document", hit) for hit in row] for row in result]
+
+
+def record_search(agent_data: Any, outcome: SearchOutcome) -> None:
+    """Count a search in the trajectory's `extra_fields` (read by the reward and the metrics).
+
+    Keys (`verl_search.protocol`): `num_searches`, `failed_searches` (ints) and `search_errors`
+    (list of reasons). Does nothing when `agent_data` has no `extra_fields`.
+    """
+    extra = getattr(agent_data, "extra_fields", None)
+    if extra is None:
+        return
+    extra[NUM_SEARCHES] = int(extra.get(NUM_SEARCHES, 0)) + 1
+    extra[FAILED_SEARCHES] = int(extra.get(FAILED_SEARCHES, 0)) + int(not outcome.ok)
+    if not outcome.ok:
+        extra[SEARCH_ERRORS] = [*extra.get(SEARCH_ERRORS, []), outcome.error]
