@@ -23,6 +23,7 @@ the recipe, the overrides), then checked:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -30,17 +31,20 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_search import env
 from verl_search.configs import config_path
 from verl_search.verl_compat import check_verl_version
 
-ENV_DEFAULTS = {"VERL_SEARCH_TOOL_CONFIG": "tool", "VERL_SEARCH_AGENT_LOOPS": "agent-loop"}
+#: variables the shipped recipes read, and the shipped YAML each defaults to
+ENV_DEFAULTS = {env.TOOL_CONFIG: "tool", env.AGENT_LOOPS: "agent-loop"}
 
 
 def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None = None) -> list[str]:
     """Compose `recipe` + `overrides` and return a list of problems (empty: fine).
 
     `$VERL_SEARCH_TOOL_CONFIG` / `$VERL_SEARCH_AGENT_LOOPS` (used by the shipped recipes) default to
-    the shipped YAMLs, as the recipes' `run.sh` sets them.
+    the shipped YAMLs, as the recipes' `run.sh` sets them, for the composition only: `os.environ` is
+    the same after the call.
 
     Raises:
         verl_search.verl_compat.UnsupportedVerlVersion: the installed verl is not the supported one.
@@ -48,11 +52,10 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
     from verl_search.rollout.verl_config import compose_verl_config
 
     check_verl_version()
-    for variable, name in ENV_DEFAULTS.items():
-        os.environ.setdefault(variable, config_path(name))
     try:
-        config = compose_verl_config(overrides, recipe=recipe)
-        OmegaConf.resolve(config)
+        with _environ_defaults({variable: config_path(name) for variable, name in ENV_DEFAULTS.items()}):
+            config = compose_verl_config(overrides, recipe=recipe)
+            OmegaConf.resolve(config)
     except Exception as exc:  # hydra raises several types; all mean "does not compose"
         return [f"the config does not compose: {type(exc).__name__}: {exc}"]
     problems: list[str] = []
@@ -64,6 +67,18 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
     _check_reward(config, problems)
     _check_lengths(config, tools, problems)
     return problems
+
+
+@contextlib.contextmanager
+def _environ_defaults(defaults: dict[str, str]):
+    """Set the unset variables of `defaults` in `os.environ` for the block, then remove them again."""
+    added = {name: value for name, value in defaults.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def _check_tools(rollout: DictConfig, problems: list[str]) -> list:

@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from verl_search.configs import config_path
 from verl_search.data.preprocess import Source, build_rows, write_parquet
+from verl_search.eval.options import EvalOptions
 from verl_search.eval.report import write_report
 from verl_search.protocol import (
     FAILED_SEARCHES,
@@ -43,48 +44,6 @@ from verl_search.rewards import compute_score, gold_answers
 from verl_search.verl_compat import check_verl_version
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class EvalOptions:
-    """Options of `run_eval` (the `verl-search eval` flags).
-
-    Attributes:
-        data: inputs, `[NAME=]PATH` of FlashRAG JSONL or verl parquet files.
-        out: output folder.
-        protocol: `search_r1` (tags) or `tool` (hermes tool calls); for JSONL inputs.
-        model: HF folder, folder of `gguf_file`, or `smollm2`.
-        engine: `transformers` (CPU, in process) or `sglang` (a server at `engine_url`).
-        retrieval_url: a running `/retrieve` endpoint, or `index`: an index folder to serve
-            for the length of the run.
-        max_per_source, seed: random sample of at most N questions per data source.
-        batch_size: questions rolled out together (and the engine's batch).
-        max_turns, topk, max_tokens_per_turn, max_obs_tokens: the protocol's limits (tokens).
-            `max_tokens_per_turn` defaults to 128, not Search-R1's 500: on 2 CPU cores a 135M
-            model decodes about 100 tokens/s in all, and small models ramble to the limit.
-        prompt_length, response_length: verl's rollout lengths (tokens).
-        temperature: 0 = greedy (verl's validation default).
-    """
-
-    data: list[str]
-    out: str
-    protocol: str = "search_r1"
-    model: str = "smollm2"
-    gguf_file: str | None = None
-    engine: str = "transformers"
-    engine_url: str | None = None
-    retrieval_url: str | None = None
-    index: str | None = None
-    max_per_source: int | None = None
-    seed: int = 0
-    batch_size: int = 16
-    max_turns: int = 4
-    topk: int = 3
-    max_tokens_per_turn: int = 128
-    max_obs_tokens: int = 500
-    prompt_length: int = 1024
-    response_length: int = 2048
-    temperature: float = 0.0
 
 
 def row_id(row: dict) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -60,17 +60,21 @@ class BuildOptions:
         seed: random seed for the training sample.
     """
 
-    retriever: Literal["bm25", "dense"] = "bm25"
-    encoder: str | None = None
-    faiss_factory: str = "Flat"
-    batch_size: int = 64
-    chunk_size: int = 8192
-    train_size: int = 262_144
-    query_prefix: str | None = None
-    passage_prefix: str | None = None
-    max_length: int | None = None
-    overwrite: bool = False
-    seed: int = 0
+    retriever: Literal["bm25", "dense"] = field(default="bm25", metadata={"help": "index kind"})
+    encoder: str | None = field(default=None, metadata={
+        "help": "dense: sentence-transformers / Hugging Face encoder folder"})
+    faiss_factory: str = field(default="Flat", metadata={
+        "help": "dense: faiss factory string (Flat, HNSW64, IVF4096,PQ64)"})
+    batch_size: int = field(default=64, metadata={"help": "dense: passages per encoder pass"})
+    chunk_size: int = field(default=8192, metadata={"help": "dense: passages encoded per chunk written to disk"})
+    train_size: int = field(default=262_144, metadata={"help": "dense: vectors sampled to train IVF/PQ indexes"})
+    query_prefix: str | None = field(default=None, metadata={
+        "help": 'dense: query prefix (default: "query: " for e5, else none)'})
+    passage_prefix: str | None = field(default=None, metadata={
+        "help": 'dense: passage prefix (default: "passage: " for e5, else none)'})
+    max_length: int | None = field(default=None, metadata={"help": "dense: encoder input limit in tokens"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output folder"})
+    seed: int = field(default=0, metadata={"help": "dense: seed of the IVF/PQ training sample"})
 
 
 def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, options: BuildOptions) -> Manifest:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verl_search.env import read_env
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.corpus import JsonlCorpus, file_sha256, scan_corpus
 from verl_search.retrieval.manifest import (
@@ -185,7 +186,7 @@ def _cached_offsets(corpus_path: Path) -> np.ndarray:
     """The corpus offset table, from the cache or by one scan (then cached)."""
     stat = corpus_path.stat()
     key = hashlib.sha256(f"{corpus_path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-    cache_dir = Path(os.environ.get("VERL_SEARCH_CACHE", Path.home() / ".cache" / "verl_search"))
+    cache_dir = read_env().cache_dir
     cached = cache_dir / f"offsets-{key}.npy"
     if cached.is_file():
         return np.load(cached, mmap_mode="r")
