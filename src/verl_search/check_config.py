@@ -49,7 +49,7 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
     Raises:
         verl_search.verl_compat.UnsupportedVerlVersion: the installed verl is not the supported one.
     """
-    from verl_search.rollout.verl_config import compose_verl_config
+    from verl_search.eval.verl_config import compose_verl_config
 
     check_verl_version()
     try:
@@ -106,14 +106,45 @@ def _check_tools(rollout: DictConfig, problems: list[str]) -> list:
         return []
 
 
+#: verl 0.9.1 private names check-config reads: (module, attribute path, what it is)
+VERL_PRIVATE_NAMES = (
+    ("verl.experimental.agent_loop.tool_parser", "ToolParser._registry", "the tool parsers by name"),
+    ("verl.experimental.agent_loop.agent_loop", "_agent_loop_registry", "the registered agent loops by name"),
+)
+
+
+def verl_private(module: str, path: str, what: str = "") -> dict:
+    """One of `VERL_PRIVATE_NAMES`: the registry dict at `module`.`path`.
+
+    Raises:
+        RuntimeError: verl no longer has it (or it is no dict), naming the name and the supported
+            verl, so a verl upgrade fails here with a clear message, not with an AttributeError.
+    """
+    import importlib
+
+    value = importlib.import_module(module)
+    if module.endswith(".agent_loop.agent_loop"):
+        importlib.import_module("verl.experimental.agent_loop")  # registers verl's own loops
+    try:
+        for part in path.split("."):
+            value = getattr(value, part)
+    except AttributeError:
+        value = None
+    if not isinstance(value, dict):
+        from verl_search.verl_compat import SUPPORTED_VERL_VERSION
+
+        raise RuntimeError(f"verl's private {module}.{path} ({what}) is gone or no longer a dict; check-config "
+                           f"reads it as in verl {SUPPORTED_VERL_VERSION}: update verl_search.check_config")
+    return value
+
+
 def _check_tool_parser(rollout: DictConfig, problems: list[str]) -> None:
     if not rollout.multi_turn.enable and not rollout.multi_turn.get("tool_config_path"):
         return
-    from verl.experimental.agent_loop.tool_parser import ToolParser
-
+    parsers = verl_private(*VERL_PRIVATE_NAMES[0])
     name = rollout.multi_turn.format
-    if name not in ToolParser._registry:
-        problems.append(f"multi_turn.format={name!r} is not a verl tool parser; use one of {sorted(ToolParser._registry)}")
+    if name not in parsers:
+        problems.append(f"multi_turn.format={name!r} is not a verl tool parser; use one of {sorted(parsers)}")
 
 
 def _read_data(data: DictConfig, problems: list[str]) -> dict:
@@ -138,10 +169,7 @@ def _read_data(data: DictConfig, problems: list[str]) -> dict:
 
 
 def _registered_agent_loops(rollout: DictConfig, problems: list[str]) -> dict:
-    import verl.experimental.agent_loop  # noqa: F401  (registers verl's own loops)
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-
-    registry = dict(_agent_loop_registry)
+    registry = dict(verl_private(*VERL_PRIVATE_NAMES[1]))
     path = rollout.agent.get("agent_loop_config_path")
     if path:
         if not Path(path).is_file():
