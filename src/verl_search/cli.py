@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from verl_search import __version__
+from verl_search.exits import configure_logging, exit_code
 from verl_search.extras import require_extra
 from verl_search.verl_compat import UnsupportedVerlVersion, check_verl_version
 
@@ -173,137 +174,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "serve": ("serve an index over HTTP (POST /retrieve, GET /health)", _add_serve_arguments),
-    "eval": ("evaluate a model on QA data through verl's agent loop (needs [verl])", _add_eval_arguments),
-    "check-config": ("compose a training recipe on CPU and check it before using GPUs", _add_check_config_arguments),
-    "download": ("download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets", _add_download_arguments),
-    "config-path": ("print the absolute path of a shipped verl YAML", _add_config_path_arguments),
-}
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from verl_search.eval.harness import run_eval
-    from verl_search.eval.options import EvalOptions
-    from verl_search.options import build
-
-    data = args.data
-    if not data:
-        default = default_data_dir() / "mini_wiki" / "qa.jsonl"
-        if not default.is_file():
-            raise FileNotFoundError(
-                f"no --data given and {default} does not exist. Pass --data PATH (FlashRAG JSONL or verl parquet), "
-                "or fetch the FlashRAG QA sets on a machine with internet: verl-search download datasets --out DIR"
-            )
-        data = [str(default)]
-    options = build(EvalOptions, args, data=data)
-    run_eval(options)
-    logger.info("report written to %s/report.md", args.out)
-    return 0
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The `verl-search` argument parser.
-
-    Args:
-        command: build the arguments of this sub-command only (the others are listed, empty);
-            default: all of them.
-    """
-    parser = argparse.ArgumentParser(prog="verl-search", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    index = sub.add_parser("index", help="build retrieval indexes")
-    index_sub = index.add_subparsers(dest="index_command", required=True)
-    build = index_sub.add_parser("build", help="build a BM25 or dense index folder from a JSONL corpus")
-    if command in (None, "index"):
-        _add_index_build_arguments(build)
-    for name, (help_text, add_arguments) in SUBCOMMANDS.items():
-        subparser = sub.add_parser(name, help=help_text)
-        if command in (None, name):
-            add_arguments(subparser)
-    return parser
-
-
-def cmd_check_config(args: argparse.Namespace) -> int:
-    from verl_search.check_config import check_config
-
-    problems = check_config(args.recipe, args.overrides)
-    for problem in problems:
-        logger.error("%s", problem)
-    if problems:
-        logger.error("%s: %d problem(s); fix them before launching", args.recipe, len(problems))
-        return 1
-    logger.info("%s: the config composes and every check passed", args.recipe)
-    return 0
-
-
-def cmd_download(args: argparse.Namespace) -> int:
-    from verl_search.download import download
-
-    for path in download(args.names, args.out):
-        logger.info("wrote %s", path)
-    return 0
-
-
-def cmd_config_path(args: argparse.Namespace) -> int:
-    from verl_search.configs import config_path
-
-    print(config_path(args.name))  # the command's output, for $(...) in launch scripts
-    return 0
-
-
-def cmd_index_build(args: argparse.Namespace) -> int:
-    from verl_search.retrieval.index_builder import BuildOptions, build_index
-
-    options = BuildOptions(
-        retriever=args.retriever,
-        encoder=args.encoder,
-        faiss_factory=args.faiss_factory,
-        batch_size=args.batch_size,
-        chunk_size=args.chunk_size,
-        query_prefix=args.query_prefix,
-        passage_prefix=args.passage_prefix,
-        max_length=args.max_length,
-        overwrite=args.overwrite,
-    )
-    manifest = build_index(args.corpus, args.out, options)
-    logger.info("built %s index over %d passages at %s", manifest.retriever, manifest.corpus.num_passages, args.out)
-    return 0
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from verl_search.retrieval.loader import resolve_index
-    from verl_search.server.app import create_app
-    from verl_search.server.settings import ServerSettings
-
-    spec = resolve_index(args.index, corpus=args.corpus, encoder=args.encoder, verify_corpus=args.verify_corpus,
-                         use_gpu=False if args.cpu else None)
-    settings = ServerSettings(
-        default_topk=args.default_topk,
-        max_topk=args.max_topk,
-        max_queries=args.max_queries,
-        max_query_chars=args.max_query_chars,
-        micro_batching=not args.no_micro_batching,
-        max_batch_size=args.max_batch_size,
-        max_wait_ms=args.max_wait_ms,
-    )
-    failed: list[BaseException] = []
-
-    def stop_on_failure(exc: BaseException) -> None:
-        failed.append(exc)
-        server.should_exit = True
-
-    app = create_app(spec.load, settings, on_load_failure=stop_on_failure)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
-    server.run()
-    if failed:
-        logger.error("the index could not be loaded: %s", failed[0])
-        return 1
-    return 0
-
-
-COMMANDS = {
     ("index", "build"): cmd_index_build,
     ("serve", None): cmd_serve,
     ("eval", None): cmd_eval,
@@ -319,17 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     parser = build_parser(command if command in {"index", *SUBCOMMANDS} else None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     command = COMMANDS[(args.command, getattr(args, f"{args.command}_command", None))]
-    try:
+
+    def run() -> int:
         if args.command in NEEDS_EXTRA:
             require_extra(NEEDS_EXTRA[args.command])
         if args.command in NEEDS_VERL:
             check_verl_version()
         return command(args)
-    except EXPECTED_ERRORS as exc:
-        logger.error("%s", exc)
-        return 2
+
+    return exit_code(run, EXPECTED_ERRORS)
 
 
 if __name__ == "__main__":

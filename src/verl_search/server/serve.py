@@ -15,6 +15,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 
+from verl_search.exits import configure_logging, exit_code
 from verl_search.options import add_arguments, build
 from verl_search.server.settings import ServerSettings
 
@@ -97,12 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_search.server", description=__doc__.splitlines()[0])
     add_serve_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return serve_from_args(args)
-    except EXPECTED_ERRORS as exc:
-        logger.error("%s", exc)
-        return 2
+    configure_logging()
+    return exit_code(lambda: serve_from_args(args), EXPECTED_ERRORS)
 
 
 if __name__ == "__main__":
