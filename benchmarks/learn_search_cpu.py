@@ -66,7 +66,7 @@ def agent_loop_yaml(out: Path, max_turns: int, tokens_per_turn: int, obs_tokens:
 def curves(dump_dir: Path, metrics_file: Path, out: Path) -> list[dict]:
     """Per step, from the trainer's rollout dumps and metrics: reward, valid-turn share, searches
     per question, EM, format-ok share; plus timings. Writes curves.csv, timings.csv, curves.png."""
-    from verl_search.agent_loop.protocol import INVALID_ACTION_MESSAGE
+    from verl_search.protocol import INVALID_ACTION_MESSAGE
     from verl_search.rewards.score import compute_score
 
     rows = []

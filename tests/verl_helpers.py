@@ -13,7 +13,7 @@ from collections.abc import Callable
 from verl.workers.rollout.replica import TokenOutput
 
 from tests.conftest import QWEN_TOKENIZER  # noqa: F401  (re-exported for tests)
-from verl_search.rollout.verl_config import compose_verl_config
+from verl_search.eval.verl_config import compose_verl_config
 
 
 class ScriptedLLM:

@@ -23,6 +23,7 @@ the recipe, the overrides), then checked:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -30,29 +31,31 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_search import env
 from verl_search.configs import config_path
 from verl_search.verl_compat import check_verl_version
 
-ENV_DEFAULTS = {"VERL_SEARCH_TOOL_CONFIG": "tool", "VERL_SEARCH_AGENT_LOOPS": "agent-loop"}
+#: variables the shipped recipes read, and the shipped YAML each defaults to
+ENV_DEFAULTS = {env.TOOL_CONFIG: "tool", env.AGENT_LOOPS: "agent-loop"}
 
 
 def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None = None) -> list[str]:
     """Compose `recipe` + `overrides` and return a list of problems (empty: fine).
 
     `$VERL_SEARCH_TOOL_CONFIG` / `$VERL_SEARCH_AGENT_LOOPS` (used by the shipped recipes) default to
-    the shipped YAMLs, as the recipes' `run.sh` sets them.
+    the shipped YAMLs, as the recipes' `run.sh` sets them, for the composition only: `os.environ` is
+    the same after the call.
 
     Raises:
         verl_search.verl_compat.UnsupportedVerlVersion: the installed verl is not the supported one.
     """
-    from verl_search.rollout.verl_config import compose_verl_config
+    from verl_search.eval.verl_config import compose_verl_config
 
     check_verl_version()
-    for variable, name in ENV_DEFAULTS.items():
-        os.environ.setdefault(variable, config_path(name))
     try:
-        config = compose_verl_config(overrides, recipe=recipe)
-        OmegaConf.resolve(config)
+        with _environ_defaults({variable: config_path(name) for variable, name in ENV_DEFAULTS.items()}):
+            config = compose_verl_config(overrides, recipe=recipe)
+            OmegaConf.resolve(config)
     except Exception as exc:  # hydra raises several types; all mean "does not compose"
         return [f"the config does not compose: {type(exc).__name__}: {exc}"]
     problems: list[str] = []
@@ -64,6 +67,18 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
     _check_reward(config, problems)
     _check_lengths(config, tools, problems)
     return problems
+
+
+@contextlib.contextmanager
+def _environ_defaults(defaults: dict[str, str]):
+    """Set the unset variables of `defaults` in `os.environ` for the block, then remove them again."""
+    added = {name: value for name, value in defaults.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def _check_tools(rollout: DictConfig, problems: list[str]) -> list:
@@ -91,14 +106,45 @@ def _check_tools(rollout: DictConfig, problems: list[str]) -> list:
         return []
 
 
+#: verl 0.9.1 private names check-config reads: (module, attribute path, what it is)
+VERL_PRIVATE_NAMES = (
+    ("verl.experimental.agent_loop.tool_parser", "ToolParser._registry", "the tool parsers by name"),
+    ("verl.experimental.agent_loop.agent_loop", "_agent_loop_registry", "the registered agent loops by name"),
+)
+
+
+def verl_private(module: str, path: str, what: str = "") -> dict:
+    """One of `VERL_PRIVATE_NAMES`: the registry dict at `module`.`path`.
+
+    Raises:
+        RuntimeError: verl no longer has it (or it is no dict), naming the name and the supported
+            verl, so a verl upgrade fails here with a clear message, not with an AttributeError.
+    """
+    import importlib
+
+    value = importlib.import_module(module)
+    if module.endswith(".agent_loop.agent_loop"):
+        importlib.import_module("verl.experimental.agent_loop")  # registers verl's own loops
+    try:
+        for part in path.split("."):
+            value = getattr(value, part)
+    except AttributeError:
+        value = None
+    if not isinstance(value, dict):
+        from verl_search.verl_compat import SUPPORTED_VERL_VERSION
+
+        raise RuntimeError(f"verl's private {module}.{path} ({what}) is gone or no longer a dict; check-config "
+                           f"reads it as in verl {SUPPORTED_VERL_VERSION}: update verl_search.check_config")
+    return value
+
+
 def _check_tool_parser(rollout: DictConfig, problems: list[str]) -> None:
     if not rollout.multi_turn.enable and not rollout.multi_turn.get("tool_config_path"):
         return
-    from verl.experimental.agent_loop.tool_parser import ToolParser
-
+    parsers = verl_private(*VERL_PRIVATE_NAMES[0])
     name = rollout.multi_turn.format
-    if name not in ToolParser._registry:
-        problems.append(f"multi_turn.format={name!r} is not a verl tool parser; use one of {sorted(ToolParser._registry)}")
+    if name not in parsers:
+        problems.append(f"multi_turn.format={name!r} is not a verl tool parser; use one of {sorted(parsers)}")
 
 
 def _read_data(data: DictConfig, problems: list[str]) -> dict:
@@ -123,10 +169,7 @@ def _read_data(data: DictConfig, problems: list[str]) -> dict:
 
 
 def _registered_agent_loops(rollout: DictConfig, problems: list[str]) -> dict:
-    import verl.experimental.agent_loop  # noqa: F401  (registers verl's own loops)
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-
-    registry = dict(_agent_loop_registry)
+    registry = dict(verl_private(*VERL_PRIVATE_NAMES[1]))
     path = rollout.agent.get("agent_loop_config_path")
     if path:
         if not Path(path).is_file():

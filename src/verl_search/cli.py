@@ -14,10 +14,10 @@ import contextlib
 import logging
 import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from verl_search import __version__
+from verl_search.exits import configure_logging, exit_code
 from verl_search.extras import require_extra
 from verl_search.verl_compat import UnsupportedVerlVersion, check_verl_version
 
@@ -31,76 +31,78 @@ NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl"}
 NEEDS_VERL = {"eval", "check-config", "train"}
 
 
-def _add_index_parser(sub) -> None:
-    index = sub.add_parser("index", help="build retrieval indexes")
-    index_sub = index.add_subparsers(dest="index_command", required=True)
-    build = index_sub.add_parser("build", help="build a BM25 or dense index folder from a JSONL corpus")
+def _add_index_build_arguments(build) -> None:
+    from verl_search.options import add_arguments
+    from verl_search.retrieval.index_builder import BuildOptions
+
     build.add_argument("--corpus", required=True, help='JSONL corpus: {"id": ..., "contents": "\\"Title\\"\\ntext"} per line')
     build.add_argument("--out", required=True, help="output index folder (appears only when complete)")
-    build.add_argument("--retriever", choices=["bm25", "dense"], default="bm25")
-    build.add_argument("--encoder", help="dense: sentence-transformers / Hugging Face encoder folder")
-    build.add_argument("--faiss-factory", default="Flat", help="dense: faiss factory string (Flat, HNSW64, IVF4096,PQ64)")
-    build.add_argument("--batch-size", type=int, default=64, help="dense: passages per encoder pass")
-    build.add_argument("--chunk-size", type=int, default=8192, help="dense: passages encoded per chunk written to disk")
-    build.add_argument("--query-prefix", default=None, help='dense: query prefix (default: "query: " for e5, else none)')
-    build.add_argument("--passage-prefix", default=None, help='dense: passage prefix (default: "passage: " for e5)')
-    build.add_argument("--max-length", type=int, default=None, help="dense: encoder input limit in tokens")
-    build.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    add_arguments(build, BuildOptions)
 
 
-def _add_serve_parser(sub) -> None:
-    serve = sub.add_parser("serve", help="serve an index over HTTP (POST /retrieve, GET /health)")
-    serve.add_argument("--index", required=True, help="index folder, or a faiss file (Search-R1 layout)")
-    serve.add_argument("--corpus", help="JSONL corpus (default: the one in the manifest; required for a faiss file)")
-    serve.add_argument("--encoder", help="encoder folder (default: the one in the manifest; required for a faiss file)")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1, this machine only)")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--default-topk", type=int, default=3)
-    serve.add_argument("--max-topk", type=int, default=100)
-    serve.add_argument("--max-queries", type=int, default=512, help="most queries per request")
-    serve.add_argument("--max-query-chars", type=int, default=4096, help="longest query, in characters")
-    serve.add_argument("--no-micro-batching", action="store_true", help="search each request alone")
-    serve.add_argument("--max-batch-size", type=int, default=256, help="most queries per coalesced batch")
-    serve.add_argument("--max-wait-ms", type=float, default=2.0, help="wait for more requests, in milliseconds")
-    serve.add_argument("--cpu", action="store_true", help="keep the faiss index on the CPU even if GPUs are visible")
-    serve.add_argument("--verify-corpus", action="store_true", help="check the corpus SHA-256 against the manifest")
-    serve.add_argument("--log-level", default="info")
+def _add_serve_arguments(serve) -> None:
+    from verl_search.server.serve import add_serve_arguments
+
+    add_serve_arguments(serve)
 
 
 def default_data_dir() -> Path:
     """`$VERL_SEARCH_DATA`, or `../shared/data` from the current folder (where the bundle lives)."""
-    return Path(os.environ.get("VERL_SEARCH_DATA", Path.cwd().parent / "shared" / "data"))
+    from verl_search.env import read_env
+
+    return read_env().data_dir
 
 
-def _add_eval_parser(sub) -> None:
-    # Defaults live in EvalOptions (one home); None here means "EvalOptions' default". The parser
-    # imports nothing of the eval side, so `verl-search serve` works in a retriever-only install.
-    ev = sub.add_parser("eval", help="evaluate a model on QA data through verl's agent loop (needs [verl])")
+def _add_eval_arguments(ev) -> None:
+    # Defaults live in EvalOptions (one home): the flags are generated from it with default None,
+    # meaning "EvalOptions' default". eval.options is standard library only.
+    from verl_search.eval.options import EvalOptions
+    from verl_search.options import add_arguments
+
     ev.add_argument("--data", action="append", help="[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable); "
                     "default: $VERL_SEARCH_DATA or ../shared/data, mini_wiki/qa.jsonl")
-    ev.add_argument("--out", default="runs/eval", help="output folder (a rerun resumes it)")
-    ev.add_argument("--protocol", choices=["search_r1", "tool"], help="default: search_r1")
-    ev.add_argument("--model", help="HF model folder, a folder holding --gguf-file, or smollm2 (default)")
-    ev.add_argument("--gguf-file", default=None)
-    ev.add_argument("--engine", choices=["transformers", "sglang"], help="default: transformers")
-    ev.add_argument("--engine-url", default=None, help="sglang: the server's base URL")
-    group = ev.add_mutually_exclusive_group()
-    group.add_argument("--retrieval-url", help="a running /retrieve endpoint")
-    group.add_argument("--index", help="an index folder, served for the length of the run")
-    ev.add_argument("--max-per-source", type=int, default=None, help="at most N questions per data source")
-    ev.add_argument("--seed", type=int, help="default: 0")
-    ev.add_argument("--batch-size", type=int, help="questions rolled out together (default 16)")
-    ev.add_argument("--max-turns", type=int, help="searches allowed (default 4, Search-R1's)")
-    ev.add_argument("--topk", type=int, help="passages per search (default 3)")
-    ev.add_argument("--max-tokens-per-turn", type=int, help="default 128 (CPU-sized)")
-    ev.add_argument("--max-obs-tokens", type=int, help="default 500")
-    ev.add_argument("--prompt-length", type=int, help="verl's rollout.prompt_length, tokens")
-    ev.add_argument("--response-length", type=int, help="verl's rollout.response_length, tokens")
-    ev.add_argument("--temperature", type=float, help="0 (default): greedy")
+    add_arguments(ev, EvalOptions, skip=("data", "retrieval_url", "index"), defaults_in_class=True)
+    add_arguments(ev.add_mutually_exclusive_group(), EvalOptions, only=("retrieval_url", "index"), defaults_in_class=True)
+
+
+def _add_check_config_arguments(check) -> None:
+    check.add_argument("recipe", help="recipe YAML (extends ppo_trainer via hydra.searchpath)")
+    check.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
+
+
+def _add_download_arguments(down) -> None:
+    down.add_argument("names", nargs="+", choices=["wiki18", "e5-index", "e5-model", "datasets"])
+    down.add_argument("--out", required=True, help="folder to write to")
+
+
+def _add_train_arguments(train) -> None:
+    train.add_argument("recipe", help="recipe YAML, e.g. examples/grpo_qwen2.5-3b-instruct_tool/config.yaml")
+    _add_train_flags(train)
+    train.add_argument("overrides", nargs=argparse.REMAINDER,
+                       help="hydra overrides, as for verl.trainer.main_ppo (the flags above may come among them)")
+
+
+def _add_config_path_arguments(paths) -> None:
+    paths.add_argument("name", choices=["tool", "agent-loop"], help="tool: SearchTool config; agent-loop: agent loops")
+
+
+#: sub-command -> (help, function adding its arguments); the functions import their option classes
+#: lazily, so `main` builds only the arguments of the command it runs (`serve` never imports eval)
+SUBCOMMANDS = {
+    "serve": ("serve an index over HTTP (POST /retrieve, GET /health)", _add_serve_arguments),
+    "eval": ("evaluate a model on QA data through verl's agent loop (needs [verl])", _add_eval_arguments),
+    "check-config": ("compose a training recipe on CPU and check it before using GPUs", _add_check_config_arguments),
+    "train": ("run a training recipe through verl's main_ppo, check-config first (--cpu: on the CPU)",
+              _add_train_arguments),
+    "download": ("download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets", _add_download_arguments),
+    "config-path": ("print the absolute path of a shipped verl YAML", _add_config_path_arguments),
+}
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from verl_search.eval.harness import EvalOptions, run_eval
+    from verl_search.eval.harness import run_eval
+    from verl_search.eval.options import EvalOptions
+    from verl_search.options import build
 
     data = args.data
     if not data:
@@ -111,8 +113,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 "or fetch the FlashRAG QA sets on a machine with internet: verl-search download datasets --out DIR"
             )
         data = [str(default)]
-    given = {key: value for key, value in vars(args).items() if value is not None and key != "data"}
-    options = EvalOptions(data=data, **{f.name: given[f.name] for f in fields(EvalOptions) if f.name in given})
+    options = build(EvalOptions, args, data=data)
     run_eval(options)
     logger.info("report written to %s/report.md", args.out)
     return 0
@@ -136,27 +137,25 @@ def _train_flags_among_overrides(args: argparse.Namespace) -> argparse.Namespace
     return args
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `verl-search` argument parser."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `verl-search` argument parser.
+
+    Args:
+        command: build the arguments of this sub-command only (the others are listed, empty);
+            default: all of them.
+    """
     parser = argparse.ArgumentParser(prog="verl-search", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_index_parser(sub)
-    _add_serve_parser(sub)
-    _add_eval_parser(sub)
-    check = sub.add_parser("check-config", help="compose a training recipe on CPU and check it before using GPUs")
-    check.add_argument("recipe", help="recipe YAML (extends ppo_trainer via hydra.searchpath)")
-    check.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
-    train = sub.add_parser("train", help="run a training recipe through verl's main_ppo (check-config first)")
-    train.add_argument("recipe", help="recipe YAML, e.g. examples/grpo_qwen2.5-3b-instruct_tool/config.yaml")
-    _add_train_flags(train)
-    train.add_argument("overrides", nargs=argparse.REMAINDER,
-                       help="hydra overrides, as for verl.trainer.main_ppo (the flags above may come among them)")
-    down = sub.add_parser("download", help="download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets")
-    down.add_argument("names", nargs="+", choices=["wiki18", "e5-index", "e5-model", "datasets"])
-    down.add_argument("--out", required=True, help="folder to write to")
-    paths = sub.add_parser("config-path", help="print the absolute path of a shipped verl YAML")
-    paths.add_argument("name", choices=["tool", "agent-loop"], help="tool: SearchTool config; agent-loop: agent loops")
+    index = sub.add_parser("index", help="build retrieval indexes")
+    index_sub = index.add_subparsers(dest="index_command", required=True)
+    build = index_sub.add_parser("build", help="build a BM25 or dense index folder from a JSONL corpus")
+    if command in (None, "index"):
+        _add_index_build_arguments(build)
+    for name, (help_text, add_arguments) in SUBCOMMANDS.items():
+        subparser = sub.add_parser(name, help=help_text)
+        if command in (None, name):
+            add_arguments(subparser)
     return parser
 
 
@@ -226,55 +225,18 @@ def cmd_config_path(args: argparse.Namespace) -> int:
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
+    from verl_search.options import build
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
-    options = BuildOptions(
-        retriever=args.retriever,
-        encoder=args.encoder,
-        faiss_factory=args.faiss_factory,
-        batch_size=args.batch_size,
-        chunk_size=args.chunk_size,
-        query_prefix=args.query_prefix,
-        passage_prefix=args.passage_prefix,
-        max_length=args.max_length,
-        overwrite=args.overwrite,
-    )
-    manifest = build_index(args.corpus, args.out, options)
+    manifest = build_index(args.corpus, args.out, build(BuildOptions, args))
     logger.info("built %s index over %d passages at %s", manifest.retriever, manifest.corpus.num_passages, args.out)
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from verl_search.server.serve import serve_from_args
 
-    from verl_search.retrieval.loader import resolve_index
-    from verl_search.server.app import create_app
-    from verl_search.server.settings import ServerSettings
-
-    spec = resolve_index(args.index, corpus=args.corpus, encoder=args.encoder, verify_corpus=args.verify_corpus,
-                         use_gpu=False if args.cpu else None)
-    settings = ServerSettings(
-        default_topk=args.default_topk,
-        max_topk=args.max_topk,
-        max_queries=args.max_queries,
-        max_query_chars=args.max_query_chars,
-        micro_batching=not args.no_micro_batching,
-        max_batch_size=args.max_batch_size,
-        max_wait_ms=args.max_wait_ms,
-    )
-    failed: list[BaseException] = []
-
-    def stop_on_failure(exc: BaseException) -> None:
-        failed.append(exc)
-        server.should_exit = True
-
-    app = create_app(spec.load, settings, on_load_failure=stop_on_failure)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
-    server.run()
-    if failed:
-        logger.error("the index could not be loaded: %s", failed[0])
-        return 1
-    return 0
+    return serve_from_args(args)
 
 
 COMMANDS = {
@@ -290,19 +252,21 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `verl-search` console script; returns the exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    parser = build_parser(command if command in {"index", *SUBCOMMANDS} else None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     command = COMMANDS[(args.command, getattr(args, f"{args.command}_command", None))]
-    try:
+
+    def run() -> int:
         if args.command in NEEDS_EXTRA:
             require_extra(NEEDS_EXTRA[args.command])
         if args.command in NEEDS_VERL:
             check_verl_version()
         return command(args)
-    except EXPECTED_ERRORS as exc:
-        logger.error("%s", exc)
-        return 2
+
+    return exit_code(run, EXPECTED_ERRORS)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ of deep inside a rollout.
 
 from __future__ import annotations
 
-import os
 from importlib import metadata
+
+from verl_search import env
 
 #: the verl release this package supports (setup.py's `[verl]` extra pins the same)
 SUPPORTED_VERL_VERSION = "0.9.1"
 #: set to 1 to run on another verl anyway (at your own risk: expect errors inside verl's agent loop)
-SKIP_CHECK_ENV = "VERL_SEARCH_SKIP_VERL_VERSION_CHECK"
+SKIP_CHECK_ENV = env.SKIP_VERL_VERSION_CHECK
 
 
 class UnsupportedVerlVersion(RuntimeError):
@@ -46,7 +47,7 @@ def check_verl_version(installed: str | None = None) -> None:
     installed = installed if installed is not None else installed_verl_version()
     if installed is None:
         raise MissingExtraError(f"verl is not installed; run: {install_line('verl')}")
-    if installed == SUPPORTED_VERL_VERSION or os.environ.get(SKIP_CHECK_ENV) == "1":
+    if installed == SUPPORTED_VERL_VERSION or env.read_env().skip_verl_version_check:
         return
     raise UnsupportedVerlVersion(
         f"verl {installed} is installed, but verl-search {_own_version()} supports verl {SUPPORTED_VERL_VERSION} only "

@@ -15,11 +15,11 @@ from transformers import AutoTokenizer
 
 from tests.conftest import MINI_QA
 from tests.verl_helpers import ScriptedLLM
-from verl_search.agent_loop.protocol import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
+from verl_search.protocol import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
 from verl_search.configs import config_path
 from verl_search.data.preprocess import make_row, write_parquet
-from verl_search.rollout.batch import load_dataset, make_batch
-from verl_search.rollout.verl_config import compose_verl_config
+from verl_search.eval.batch import load_dataset, make_batch
+from verl_search.eval.verl_config import compose_verl_config
 from verl_search.server.runner import free_port
 from verl_search.tools.formatting import format_results
 

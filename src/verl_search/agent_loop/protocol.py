@@ -1,4 +1,4 @@
-"""The Search-R1 tag protocol, token-exact: actions, cuts and observations.
+"""The Search-R1 tag protocol, token-exact: cuts and observations (the vocabulary is `verl_search.protocol`).
 
 Source: Search-R1 `search_r1/llm_agent/generation.py`. The model writes `<search> query </search>`
 or `<answer> ... </answer>`; the environment appends `\\n\\n<information>...</information>\\n\\n`
@@ -12,42 +12,7 @@ after a search, and Search-R1's correction message after anything else. Unlike t
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-STOP_STRINGS = ["</search>", "</answer>"]
-_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
-INVALID_ACTION_MESSAGE = (
-    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
-    "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
-    "Let me try again.\n"
-)
-LAST_SEARCH_NOTICE = "\nThis was the last search: no more searches are allowed. Give the final answer now."
-OBSERVATION_PREFIX = "\n\n<information>"
-OBSERVATION_SUFFIX = "</information>\n\n"
-TRUNCATION_MARK = " ...(truncated)"
-
-
-@dataclass
-class Action:
-    """What one model turn asked for: `kind` is `search`, `answer` or `invalid`."""
-
-    kind: str
-    content: str = ""
-
-
-def parse_action(text: str) -> Action:
-    """The first complete `<search>`/`<answer>` block of a turn (Search-R1's `postprocess_predictions`).
-
-    >>> parse_action("<think>hm</think><search> capital of France </search>")
-    Action(kind='search', content='capital of France')
-    >>> parse_action("I think it is Paris.")
-    Action(kind='invalid', content='')
-    """
-    match = _ACTION.search(text)
-    if match is None:
-        return Action("invalid")
-    return Action(match.group(1), match.group(2).strip())
+from verl_search.protocol import OBSERVATION_PREFIX, OBSERVATION_SUFFIX, STOP_STRINGS, TRUNCATION_MARK
 
 
 def cut_at_first_stop(token_ids: list[int], decode, stops: list[str] = STOP_STRINGS) -> list[int]:

@@ -23,17 +23,22 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
-from verl_search.agent_loop.protocol import (
+from verl_search.agent_loop.protocol import cut_at_first_stop, observation_tokens
+from verl_search.protocol import (
+    ANSWERED,
+    FAILED_SEARCHES,
     INVALID_ACTION_MESSAGE,
+    INVALID_ACTIONS,
     LAST_SEARCH_NOTICE,
+    NUM_SEARCHES,
+    SEARCH_FAILED_PREFIX,
     STOP_STRINGS,
-    cut_at_first_stop,
-    observation_tokens,
+    TURNS,
     parse_action,
 )
 from verl_search.tools import client
+from verl_search.tools.client import record_search
 from verl_search.tools.formatting import format_results
-from verl_search.tools.search_tool import record_search
 from verl_search.verl_compat import check_verl_version
 
 logger = logging.getLogger(__name__)
@@ -47,8 +52,8 @@ class _Trajectory:
         self.mask: list[int] = []
         self.logprobs: list[float] | None = None
         self.turns: list[dict] = []
-        self.extra_fields: dict[str, Any] = {"num_searches": 0, "failed_searches": 0, "invalid_actions": 0,
-                                             "answered": False}
+        self.extra_fields: dict[str, Any] = {NUM_SEARCHES: 0, FAILED_SEARCHES: 0, INVALID_ACTIONS: 0,
+                                             ANSWERED: False}
         self.generate_s = 0.0
         self.search_s = 0.0
 
@@ -135,13 +140,13 @@ class SearchR1AgentLoop(AgentLoopBase):
             record = await self._model_turn(request_id, prompt_ids, sampling_params, remaining, trajectory)
             action = parse_action(record["generated"])
             if action.kind == "answer":
-                trajectory.extra_fields["answered"] = True
+                trajectory.extra_fields[ANSWERED] = True
                 break
             if turn == self.max_turns:
                 break  # the last turn was for answering
             if not await self._observe(action, topk, turn == self.max_turns - 1, record, trajectory):
                 break  # no room left for an observation
-        trajectory.extra_fields["turns"] = trajectory.turns
+        trajectory.extra_fields[TURNS] = trajectory.turns
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=trajectory.response_ids[: self.response_length],
@@ -175,11 +180,11 @@ class SearchR1AgentLoop(AgentLoopBase):
             trajectory.search_s += time.perf_counter() - started
             record_search(trajectory, outcome)
             body = (format_results([action.content], outcome.hits, self.max_chars_per_passage)[0] if outcome.ok
-                    else f"search failed: {outcome.error}")
+                    else SEARCH_FAILED_PREFIX + outcome.error)
             ids, truncated = observation_tokens(body, self._encode, min(self.max_obs_tokens, room), notice)
             record.update(query=action.content, search_failed=not outcome.ok, truncated=truncated)
         else:
-            trajectory.extra_fields["invalid_actions"] += 1
+            trajectory.extra_fields[INVALID_ACTIONS] += 1
             ids = self._encode(INVALID_ACTION_MESSAGE + (notice.strip() + "\n" if notice else ""))
             if len(ids) > room:
                 ids = []

@@ -146,13 +146,25 @@ def build_rows(sources: list[Source], split: str, protocol: str, max_per_source:
             name = example.get("source") if isinstance(example.get("source"), str) else source.name
             groups.setdefault(name, []).append(example)
         for name, examples in groups.items():
-            if max_per_source is not None and len(examples) > max_per_source:
-                keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(examples)), max_per_source))
-                examples = [examples[i] for i in keep]
+            examples = sample_per_source(examples, name, max_per_source, seed)
             for example in examples:
                 rows.append(make_row(example, len(rows), split, name, protocol, topk))
             logger.info("%s: %d rows from %s", name, len(examples), source.path)
     return rows
+
+
+def sample_per_source(items: list, name: str, max_per_source: int | None, seed: int = 0) -> list:
+    """At most `max_per_source` of one data source's `items`: a random sample fixed by `seed` and
+    the source's `name`, kept in their order (`--max-per-source` of preprocessing and eval).
+    `None` keeps them all.
+
+    >>> sample_per_source(list("abcdef"), "nq", 3, seed=0) == sample_per_source(list("abcdef"), "nq", 3, seed=0)
+    True
+    """
+    if max_per_source is None or len(items) <= max_per_source:
+        return list(items)
+    keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(items)), max_per_source))
+    return [items[i] for i in keep]
 
 
 def write_parquet(rows: list[dict], out: str | os.PathLike) -> None:

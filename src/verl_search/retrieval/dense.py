@@ -39,21 +39,19 @@ def num_faiss_gpus() -> int:
     return int(get_num_gpus()) if get_num_gpus else 0
 
 
-def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None, mmap: bool = False):
+def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None):
     """Read a faiss index file; move it to all GPUs (sharded, fp16) when there are any.
 
     Args:
         path: the index file (`faiss.write_index` output, e.g. Search-R1's `e5_Flat.index`).
         use_gpu: `None` (default) uses GPUs when faiss sees some; `False` keeps it on the CPU;
             `True` requires GPUs.
-        mmap: memory-map the file instead of reading it into RAM (CPU only; flat and IVF indexes).
 
     Raises:
         RuntimeError: if `use_gpu=True` and faiss sees no GPU.
     """
     faiss = require_faiss()
-    flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
-    index = faiss.read_index(str(path), flags)
+    index = faiss.read_index(str(path))
     gpus = num_faiss_gpus()
     if use_gpu and gpus == 0:
         raise RuntimeError("use_gpu=True but faiss sees no GPU; install faiss-gpu-cu12 or pass use_gpu=False")

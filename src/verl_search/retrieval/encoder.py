@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,24 @@ def default_prefixes(encoder_path: str | os.PathLike) -> tuple[str, str]:
     if "e5" in name.replace("_", "-").split("-"):
         return E5_QUERY_PREFIX, E5_PASSAGE_PREFIX
     return "", ""
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """How to run an encoder, in one place (the index manifest records the same fields).
+
+    Attributes:
+        path: the local model folder.
+        query_prefix, passage_prefix: `None` = `default_prefixes(path)`.
+        normalize: L2-normalise vectors (default True).
+        max_length: input limit in tokens (`None`: the model's own).
+    """
+
+    path: str
+    query_prefix: str | None = None
+    passage_prefix: str | None = None
+    normalize: bool = True
+    max_length: int | None = None
 
 
 def default_device() -> str:
@@ -94,6 +113,16 @@ class SentenceEncoder:
             self._model.max_seq_length = max_length
         self.max_length = self._model.max_seq_length
         self.dim = int(self._model.get_embedding_dimension())
+
+    @classmethod
+    def from_settings(cls, settings: EncoderSettings, **kwargs) -> "SentenceEncoder":
+        """An encoder for `settings`; `kwargs` are the other constructor arguments (device, batch sizes)."""
+        return cls(settings.path, query_prefix=settings.query_prefix, passage_prefix=settings.passage_prefix,
+                   normalize=settings.normalize, max_length=settings.max_length, **kwargs)
+
+    def settings(self) -> EncoderSettings:
+        """The resolved settings of this encoder (prefixes and `max_length` filled in)."""
+        return EncoderSettings(self.path, self.query_prefix, self.passage_prefix, self.normalize, self.max_length)
 
     def _encode(self, texts: list[str], prefix: str, batch_size: int, show_progress: bool = False) -> np.ndarray:
         vectors = self._model.encode(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from verl_search.retrieval.bm25 import DEFAULT_BM25_PARAMS, build_bm25
 from verl_search.retrieval.corpus import iter_passages, scan_corpus
 from verl_search.retrieval.dense import require_faiss
-from verl_search.retrieval.encoder import SentenceEncoder
+from verl_search.retrieval.encoder import EncoderSettings, SentenceEncoder
 from verl_search.retrieval.manifest import (
     BM25_DIR,
     FAISS_NAME,
@@ -60,17 +60,26 @@ class BuildOptions:
         seed: random seed for the training sample.
     """
 
-    retriever: Literal["bm25", "dense"] = "bm25"
-    encoder: str | None = None
-    faiss_factory: str = "Flat"
-    batch_size: int = 64
-    chunk_size: int = 8192
-    train_size: int = 262_144
-    query_prefix: str | None = None
-    passage_prefix: str | None = None
-    max_length: int | None = None
-    overwrite: bool = False
-    seed: int = 0
+    retriever: Literal["bm25", "dense"] = field(default="bm25", metadata={"help": "index kind"})
+    encoder: str | None = field(default=None, metadata={
+        "help": "dense: sentence-transformers / Hugging Face encoder folder"})
+    faiss_factory: str = field(default="Flat", metadata={
+        "help": "dense: faiss factory string (Flat, HNSW64, IVF4096,PQ64)"})
+    batch_size: int = field(default=64, metadata={"help": "dense: passages per encoder pass"})
+    chunk_size: int = field(default=8192, metadata={"help": "dense: passages encoded per chunk written to disk"})
+    train_size: int = field(default=262_144, metadata={"help": "dense: vectors sampled to train IVF/PQ indexes"})
+    query_prefix: str | None = field(default=None, metadata={
+        "help": 'dense: query prefix (default: "query: " for e5, else none)'})
+    passage_prefix: str | None = field(default=None, metadata={
+        "help": 'dense: passage prefix (default: "passage: " for e5, else none)'})
+    max_length: int | None = field(default=None, metadata={"help": "dense: encoder input limit in tokens"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output folder"})
+    seed: int = field(default=0, metadata={"help": "dense: seed of the IVF/PQ training sample"})
+
+
+    def encoder_settings(self) -> EncoderSettings:
+        """The encoder part of these options (dense builds)."""
+        return EncoderSettings(self.encoder, self.query_prefix, self.passage_prefix, max_length=self.max_length)
 
 
 def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, options: BuildOptions) -> Manifest:
@@ -108,8 +117,7 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
             params = build_bm25((p.contents for p in iter_passages(corpus_path)), partial / BM25_DIR, DEFAULT_BM25_PARAMS)
             manifest = Manifest(retriever="bm25", corpus=corpus, bm25=params)
         else:
-            manifest = _build_dense(corpus_path, corpus.num_passages, partial, options)
-            manifest.corpus = corpus
+            manifest = _build_dense(corpus_path, corpus, partial, options)
         manifest.write(partial)
         _publish(partial, out_dir)
     except BaseException:
@@ -119,15 +127,11 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
     return manifest
 
 
-def _build_dense(corpus_path: Path, num_passages: int, folder: Path, options: BuildOptions) -> Manifest:
+def _build_dense(corpus_path: Path, corpus: CorpusInfo, folder: Path, options: BuildOptions) -> Manifest:
+    """Encode the corpus into `folder`'s faiss index; return the finished manifest (not yet written)."""
+    num_passages = corpus.num_passages
     faiss = require_faiss()
-    encoder = SentenceEncoder(
-        options.encoder,
-        query_prefix=options.query_prefix,
-        passage_prefix=options.passage_prefix,
-        max_length=options.max_length,
-        batch_size=options.batch_size,
-    )
+    encoder = SentenceEncoder.from_settings(options.encoder_settings(), batch_size=options.batch_size)
     embeddings_path = folder / EMBEDDINGS_NAME
     embeddings = np.lib.format.open_memmap(embeddings_path, mode="w+", dtype=np.float32, shape=(num_passages, encoder.dim))
     chunk: list[str] = []
@@ -155,16 +159,9 @@ def _build_dense(corpus_path: Path, num_passages: int, folder: Path, options: Bu
     embeddings_path.unlink()
     return Manifest(
         retriever="dense",
-        corpus=None,  # filled in by the caller
-        encoder=EncoderInfo(
-            path=str(Path(options.encoder).resolve()),
-            fingerprint=encoder_fingerprint(options.encoder),
-            dim=encoder.dim,
-            query_prefix=encoder.query_prefix,
-            passage_prefix=encoder.passage_prefix,
-            normalize=encoder.normalize,
-            max_length=encoder.max_length,
-        ),
+        corpus=corpus,
+        encoder=EncoderInfo(**{**asdict(encoder.settings()), "path": str(Path(options.encoder).resolve())},
+                            fingerprint=encoder_fingerprint(options.encoder), dim=encoder.dim),
         faiss_factory=options.faiss_factory,
     )
 

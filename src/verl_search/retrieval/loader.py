@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from verl_search.env import read_env
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.corpus import JsonlCorpus, file_sha256, scan_corpus
+from verl_search.retrieval.encoder import EncoderSettings
 from verl_search.retrieval.manifest import (
     BM25_DIR,
     FAISS_NAME,
@@ -48,24 +50,18 @@ class IndexSpec:
         index_path: the index folder, or the faiss file for the Search-R1 layout.
         corpus_path: the JSONL corpus.
         offsets_path: its offset table (`.npy`), or `None` to compute it.
-        encoder_path, query_prefix, passage_prefix, normalize, max_length: dense only.
+        encoder: dense only: the encoder's settings.
         manifest: the index's manifest (`None` for the Search-R1 layout).
         use_gpu: `None` = GPUs when faiss sees some (see `load_faiss_index`).
-        bm25_threads: bm25s scoring threads.
     """
 
     kind: str
     index_path: Path
     corpus_path: Path
     offsets_path: Path | None = None
-    encoder_path: str | None = None
-    query_prefix: str | None = None
-    passage_prefix: str | None = None
-    normalize: bool = True
-    max_length: int | None = None
+    encoder: EncoderSettings | None = None
     manifest: Manifest | None = None
     use_gpu: bool | None = None
-    bm25_threads: int = 0
 
     def load(self) -> Retriever:
         """Load the retriever (slow: reads the index, loads the encoder).
@@ -79,17 +75,11 @@ class IndexSpec:
             from verl_search.retrieval.bm25 import BM25Retriever
 
             params = self.manifest.bm25 if self.manifest else None
-            return BM25Retriever(self.index_path / BM25_DIR, corpus, params, n_threads=self.bm25_threads)
+            return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
         from verl_search.retrieval.dense import DenseRetriever, load_faiss_index
         from verl_search.retrieval.encoder import SentenceEncoder
 
-        encoder = SentenceEncoder(
-            self.encoder_path,
-            query_prefix=self.query_prefix,
-            passage_prefix=self.passage_prefix,
-            normalize=self.normalize,
-            max_length=self.max_length,
-        )
+        encoder = SentenceEncoder.from_settings(self.encoder)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
         return DenseRetriever(load_faiss_index(faiss_file, use_gpu=self.use_gpu), encoder, corpus)
 
@@ -154,9 +144,7 @@ def resolve_index(
                 f"encoder folder {encoder_path} (recorded in the manifest) does not exist; pass --encoder PATH"
             )
         check_encoder_matches(manifest, encoder_path, built.dim)
-        spec.encoder_path = str(encoder_path)
-        spec.query_prefix, spec.passage_prefix = built.query_prefix, built.passage_prefix
-        spec.normalize, spec.max_length = built.normalize, built.max_length
+        spec.encoder = EncoderSettings(**{**built.settings_fields(), "path": str(encoder_path)})
     return spec
 
 
@@ -174,9 +162,7 @@ def _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, pass
         kind="dense",
         index_path=index_path,
         corpus_path=corpus_path,
-        encoder_path=str(encoder),
-        query_prefix=query_prefix,
-        passage_prefix=passage_prefix,
+        encoder=EncoderSettings(str(encoder), query_prefix, passage_prefix),
         use_gpu=use_gpu,
     )
 
@@ -185,7 +171,7 @@ def _cached_offsets(corpus_path: Path) -> np.ndarray:
     """The corpus offset table, from the cache or by one scan (then cached)."""
     stat = corpus_path.stat()
     key = hashlib.sha256(f"{corpus_path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-    cache_dir = Path(os.environ.get("VERL_SEARCH_CACHE", Path.home() / ".cache" / "verl_search"))
+    cache_dir = read_env().cache_dir
     cached = cache_dir / f"offsets-{key}.npy"
     if cached.is_file():
         return np.load(cached, mmap_mode="r")

@@ -53,6 +53,11 @@ class EncoderInfo:
     normalize: bool = True
     max_length: int | None = None
 
+    def settings_fields(self) -> dict:
+        """The fields an `EncoderSettings` takes (`path`, prefixes, `normalize`, `max_length`)."""
+        return {"path": self.path, "query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix,
+                "normalize": self.normalize, "max_length": self.max_length}
+
 
 @dataclass
 class Manifest:

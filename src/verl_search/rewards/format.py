@@ -13,11 +13,10 @@
 from __future__ import annotations
 
 import json
-import re
 
+from verl_search.protocol import FORMAT_TAG_RE, INFORMATION_RE, TOOL_CALL_RE, TOOL_RESPONSE_RE
 from verl_search.rewards.qa import normalize_answer
 
-_TAG = re.compile(r"(</?(?:think|search|information|answer)>)")
 _TRANSITIONS = {
     ("start", "<think>"): "in_think",
     ("information", "<think>"): "in_think",
@@ -30,9 +29,6 @@ _TRANSITIONS = {
     ("in_answer", "</answer>"): "end",
 }
 _INSIDE = {"in_think", "in_search", "in_information", "in_answer"}
-_INFORMATION = re.compile(r"<information>(.*?)</information>", re.DOTALL)
-_TOOL_RESPONSE = re.compile(r"<tool_response>.*?(</tool_response>|$)", re.DOTALL)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 def search_r1_format_ok(response: str) -> tuple[bool, str]:
@@ -44,10 +40,10 @@ def search_r1_format_ok(response: str) -> tuple[bool, str]:
     False
     """
     state = "start"
-    for part in _TAG.split(response):
+    for part in FORMAT_TAG_RE.split(response):
         if not part.strip():
             continue
-        if _TAG.fullmatch(part):
+        if FORMAT_TAG_RE.fullmatch(part):
             following = _TRANSITIONS.get((state, part))
             if following is None:
                 return False, f"unexpected {part} in state {state}"
@@ -66,10 +62,10 @@ def tool_call_format_ok(response: str) -> tuple[bool, str]:
     ...                     '<tool_response>..</tool_response><answer>x</answer>')
     (True, 'valid')
     """
-    own = _TOOL_RESPONSE.sub(" ", response)
+    own = TOOL_RESPONSE_RE.sub(" ", response)
     if own.count("<tool_call>") != own.count("</tool_call>"):
         return False, "unclosed <tool_call>"
-    for body in _TOOL_CALL.findall(own):
+    for body in TOOL_CALL_RE.findall(own):
         try:
             call = json.loads(body)
         except json.JSONDecodeError:
@@ -87,5 +83,5 @@ def tool_call_format_ok(response: str) -> tuple[bool, str]:
 def retrieval_has_answer(response: str, golds: list[str]) -> bool:
     """Whether a normalised gold answer occurs in some `<information>` block (Search-R1's
     `is_retrieval_correct`)."""
-    blocks = [normalize_answer(block) for block in _INFORMATION.findall(response)]
+    blocks = [normalize_answer(block) for block in INFORMATION_RE.findall(response)]
     return any(normalize_answer(g) and normalize_answer(g) in block for g in golds for block in blocks)

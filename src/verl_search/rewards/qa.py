@@ -12,13 +12,10 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-from verl_search.agent_loop.protocol import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE
+from verl_search.protocol import ANSWER_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, RETRIEVED_RE
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-# Text that came from the environment, not from the model: never scored.
-_RETRIEVED = re.compile(r"<(information|tool_response)>.*?(</\1>|$)", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def normalize_answer(text: str) -> str:
@@ -38,7 +35,7 @@ def strip_retrieved(response: str) -> str:
     `<answer> and </answer>`; left in, it would be scored as the model's answer."""
     for message in (INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE):
         response = response.replace(message, " ")
-    return _RETRIEVED.sub(" ", response)
+    return RETRIEVED_RE.sub(" ", response)
 
 
 def extract_answer(response: str) -> str | None:
@@ -54,13 +51,13 @@ def extract_answer(response: str) -> str | None:
     >>> extract_answer("<information><answer>leak</answer></information>") is None
     True
     """
-    matches = _ANSWER.findall(strip_retrieved(response))
+    matches = ANSWER_RE.findall(strip_retrieved(response))
     return matches[-1].strip() if matches else None
 
 
 def count_answers(response: str) -> int:
     """How many `<answer>` blocks the model wrote (retrieved text excluded)."""
-    return len(_ANSWER.findall(strip_retrieved(response)))
+    return len(ANSWER_RE.findall(strip_retrieved(response)))
 
 
 def exact_match(prediction: str, golds: Iterable[str]) -> float:

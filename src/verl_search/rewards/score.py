@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from verl_search.protocol import FAILED_SEARCHES, NUM_SEARCHES
 from verl_search.rewards.format import retrieval_has_answer, search_r1_format_ok, tool_call_format_ok
 from verl_search.rewards.qa import count_answers, cover_exact_match, exact_match, extract_answer, f1_score
 
@@ -102,7 +103,7 @@ def compute_score(
     if num_answers > max_answers:
         score -= answer_spam_penalty
 
-    searches = extra_info.get("num_searches")
+    searches = extra_info.get(NUM_SEARCHES)
     if searches is None:
         searches = solution_str.count("<search>") if protocol == "search_r1" else solution_str.count("<tool_call>")
     return {
@@ -111,8 +112,8 @@ def compute_score(
         "f1": f1_score(prediction, golds) if prediction is not None else 0.0,
         "cover_em": cover_exact_match(prediction, golds) if prediction is not None else 0.0,
         "pred": prediction or "",
-        "num_searches": int(searches),
-        "failed_searches": int(extra_info.get("failed_searches") or 0),
+        NUM_SEARCHES: int(searches),
+        FAILED_SEARCHES: int(extra_info.get(FAILED_SEARCHES) or 0),
         "format_ok": float(format_ok),
         "answered": float(prediction is not None),
         "num_answers": num_answers,

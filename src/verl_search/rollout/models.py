@@ -23,8 +23,10 @@ _PROBE = "Question: who wrote Hamlet? <search> Hamlet author </search>"
 
 
 def cache_dir() -> Path:
-    """`$VERL_SEARCH_CACHE` or `~/.cache/verl_search`."""
-    return Path(os.environ.get("VERL_SEARCH_CACHE", Path.home() / ".cache" / "verl_search"))
+    """`$VERL_SEARCH_CACHE` or `~/.cache/verl_search` (`verl_search.env`)."""
+    from verl_search.env import read_env
+
+    return read_env().cache_dir
 
 
 def smollm2_gguf() -> tuple[str, str]:

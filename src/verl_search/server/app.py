@@ -19,13 +19,12 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Union
 
-import orjson
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from verl_search.retrieval.base import Hit, Retriever
+from verl_search.retrieval.base import Retriever
 from verl_search.server.batcher import MicroBatcher
-from verl_search.server.schemas import HealthResponse, RetrieveRequest, RetrieveResponse
+from verl_search.server.schemas import HealthResponse, RetrieveRequest, RetrieveResponse, encode_retrieve_response
 from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -72,15 +71,6 @@ class _Service:
             logger.error("loading the index failed: %s", self.error)
             if on_failure is not None:
                 on_failure(exc)
-
-
-def _hits_payload(hits: list[list[Hit]], return_scores: bool) -> list[list[dict]]:
-    if return_scores:
-        return [
-            [{"document": {"id": h.passage.id, "contents": h.passage.contents}, "score": h.score} for h in row]
-            for row in hits
-        ]
-    return [[{"id": h.passage.id, "contents": h.passage.contents} for h in row] for row in hits]
 
 
 def _unprocessable(field: str, message: str) -> HTTPException:
@@ -156,8 +146,7 @@ def create_app(
                 )
         hits = await batcher.search(list(body.queries), topk)
         timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"
-        # orjson: 12x faster than the stdlib encoder on a 256-query answer (1.5 ms vs 18.8 ms).
-        content = orjson.dumps({"result": _hits_payload(hits, body.return_scores)})
+        content = encode_retrieve_response(hits, body.return_scores)
         return Response(content, media_type="application/json", headers={"Server-Timing": timing})
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})

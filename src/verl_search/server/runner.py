@@ -1,5 +1,6 @@
 """Run the retrieval service in the background: in this process (a uvicorn thread) or as a
-`verl-search serve` subprocess, and wait until `/health` says ready.
+`python -m verl_search.server` subprocess (the command `verl-search serve` runs), and wait until
+`/health` says ready.
 
 Used by `verl-search eval` (which serves an index folder itself for the length of a run), by the
 benchmarks and by the tests.
@@ -97,10 +98,10 @@ class ThreadServer:
 
 
 class SubprocessServer:
-    """`verl-search serve ARGS...` as a child process on a free port.
+    """`python -m verl_search.server ARGS...` (= `verl-search serve ARGS...`) as a child process on a free port.
 
     Args:
-        serve_args: arguments after `serve` (e.g. `["--index", DIR]`); `--host/--port` are added.
+        serve_args: the serve flags (e.g. `["--index", DIR]`); `--host/--port` are added.
         ready_timeout: seconds to wait for `/health` to be ready.
         log_path: file for the server's stdout/stderr (default: discarded).
     """
@@ -115,7 +116,7 @@ class SubprocessServer:
 
     def start(self) -> "SubprocessServer":
         """Start the process and wait until ready; on failure the process is stopped."""
-        command = [sys.executable, "-m", "verl_search.cli", "serve", *self.serve_args,
+        command = [sys.executable, "-m", "verl_search.server", *self.serve_args,
                    "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
         log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -1,8 +1,14 @@
-"""Limits and batching knobs of the retrieval server (all validated on construction)."""
+"""Limits and batching knobs of the retrieval server (all validated on construction).
+
+Each field is declared once, here: `verl-search serve` / `python -m verl_search.server` generate
+their flags from it (`verl_search.options`), descriptions included.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
+
+from verl_search.protocol import DEFAULT_TOPK
 
 
 class ServerSettings(BaseModel):
@@ -21,10 +27,10 @@ class ServerSettings(BaseModel):
             by the next batch without waiting.
     """
 
-    default_topk: int = Field(default=3, ge=1)
-    max_topk: int = Field(default=100, ge=1)
-    max_queries: int = Field(default=512, ge=1)
-    max_query_chars: int = Field(default=4096, ge=1)
-    micro_batching: bool = True
-    max_batch_size: int = Field(default=256, ge=1)
-    max_wait_ms: float = Field(default=2.0, ge=0.0)
+    default_topk: int = Field(default=DEFAULT_TOPK, ge=1, description="passages per query when a request gives no topk")
+    max_topk: int = Field(default=100, ge=1, description="largest topk accepted")
+    max_queries: int = Field(default=512, ge=1, description="most queries per request")
+    max_query_chars: int = Field(default=4096, ge=1, description="longest query, in characters")
+    micro_batching: bool = Field(default=True, description="coalesce concurrent requests into one batch; --no-micro-batching searches each request alone")
+    max_batch_size: int = Field(default=256, ge=1, description="most queries per coalesced batch")
+    max_wait_ms: float = Field(default=2.0, ge=0.0, description="wait for more requests, in milliseconds")

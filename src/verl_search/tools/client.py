@@ -24,10 +24,13 @@ import random
 import time
 import weakref
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import aiohttp
 
-from verl_search.server.schemas import RetrieveRequest
+from verl_search.env import DEFAULT_URL
+from verl_search.protocol import DEFAULT_TOPK, FAILED_SEARCHES, NUM_SEARCHES, SEARCH_ERRORS
+from verl_search.server.schemas import RetrieveRequest, parse_retrieve_response
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +50,8 @@ class SearchClientConfig:
         max_backoff: cap of one backoff, in seconds (default 2).
     """
 
-    retrieval_service_url: str = "http://127.0.0.1:8000/retrieve"
-    topk: int = 3
+    retrieval_service_url: str = DEFAULT_URL
+    topk: int = DEFAULT_TOPK
     timeout: float = 5.0
     max_retries: int = 3
     deadline: float = 20.0
@@ -177,7 +180,7 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
                 if response.status != 200:
                     return SearchOutcome(error=f"HTTP {response.status}: {_detail(payload)}", attempts=attempts,
                                          latency=time.monotonic() - started)
-                return SearchOutcome(hits=_parse_hits(json.loads(payload), len(queries)), attempts=attempts,
+                return SearchOutcome(hits=parse_retrieve_response(payload, len(queries)), attempts=attempts,
                                      latency=time.monotonic() - started, server_time=_server_time(response.headers))
             except (aiohttp.ClientError, asyncio.TimeoutError, _Retryable) as exc:
                 last_error = _describe(exc)
@@ -222,9 +225,16 @@ def _detail(payload: bytes) -> str:
     return str(detail)[:300]
 
 
-def _parse_hits(payload: dict, num_queries: int) -> list[list[dict]]:
-    result = payload.get("result") if isinstance(payload, dict) else None
-    if not isinstance(result, list) or len(result) != num_queries:
-        raise ValueError(f"expected 'result' with {num_queries} lists of documents")
-    # With return_scores=false each hit is the document; accept the scored shape too.
-    return [[hit.get("document", hit) for hit in row] for row in result]
+def record_search(agent_data: Any, outcome: SearchOutcome) -> None:
+    """Count a search in the trajectory's `extra_fields` (read by the reward and the metrics).
+
+    Keys (`verl_search.protocol`): `num_searches`, `failed_searches` (ints) and `search_errors`
+    (list of reasons). Does nothing when `agent_data` has no `extra_fields`.
+    """
+    extra = getattr(agent_data, "extra_fields", None)
+    if extra is None:
+        return
+    extra[NUM_SEARCHES] = int(extra.get(NUM_SEARCHES, 0)) + 1
+    extra[FAILED_SEARCHES] = int(extra.get(FAILED_SEARCHES, 0)) + int(not outcome.ok)
+    if not outcome.ok:
+        extra[SEARCH_ERRORS] = [*extra.get(SEARCH_ERRORS, []), outcome.error]

@@ -39,7 +39,9 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from verl_search.protocol import SEARCH_FAILED_PREFIX
 from verl_search.tools import client
+from verl_search.tools.client import record_search
 from verl_search.tools.formatting import format_results
 from verl_search.verl_compat import check_verl_version
 
@@ -149,7 +151,7 @@ class SearchTool(BaseTool):
         if outcome.ok:
             text, truncated = format_results(queries, outcome.hits, self.max_chars_per_passage, self.max_observation_chars)
         else:
-            text, truncated = f"search failed: {outcome.error}", False
+            text, truncated = SEARCH_FAILED_PREFIX + outcome.error, False
         record_search(kwargs.get("agent_data"), outcome)
         metrics = {
             "num_queries": len(queries),
@@ -165,16 +167,3 @@ class SearchTool(BaseTool):
     async def release(self, instance_id: str, **kwargs) -> None:
         self._instances.pop(instance_id, None)
 
-
-def record_search(agent_data: Any, outcome: client.SearchOutcome) -> None:
-    """Count a search in the trajectory's `extra_fields` (read by the reward and the metrics).
-
-    Keys: `num_searches`, `failed_searches` (ints) and `search_errors` (list of reasons).
-    """
-    extra = getattr(agent_data, "extra_fields", None)
-    if extra is None:
-        return
-    extra["num_searches"] = int(extra.get("num_searches", 0)) + 1
-    extra["failed_searches"] = int(extra.get("failed_searches", 0)) + int(not outcome.ok)
-    if not outcome.ok:
-        extra["search_errors"] = [*extra.get("search_errors", []), outcome.error]

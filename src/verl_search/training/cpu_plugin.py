@@ -47,6 +47,7 @@ def register() -> None:
 
     import torch
 
+    from verl_search.env import read_env
     from verl_search.verl_compat import check_verl_version
 
     check_verl_version()
@@ -79,7 +80,7 @@ def register() -> None:
 
     # verl leaves the root logger at WARNING; the rollout server's weight-update lines are INFO
     logging.getLogger("verl_search").setLevel(logging.INFO)
-    threads = int(os.environ.get("VERL_SEARCH_CPU_THREADS", 0)) or os.cpu_count() or 1
+    threads = read_env().cpu_threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     _registered = True
 

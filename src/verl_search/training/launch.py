@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from verl_search import env as env_vars
 from verl_search.configs import config_path
 from verl_search.training.names import PLUGIN_MODULE, ROLLOUT_NAME
 
@@ -94,10 +95,10 @@ def train_env(cpu: bool, retrieval_url: str | None = None, base: dict[str, str] 
         base: the environment to start from (default: `os.environ`).
     """
     env = dict(os.environ if base is None else base)
-    env.setdefault("VERL_SEARCH_TOOL_CONFIG", config_path("tool"))
-    env.setdefault("VERL_SEARCH_AGENT_LOOPS", config_path("agent-loop"))
+    env.setdefault(env_vars.TOOL_CONFIG, config_path("tool"))
+    env.setdefault(env_vars.AGENT_LOOPS, config_path("agent-loop"))
     if retrieval_url:
-        env["VERL_SEARCH_URL"] = retrieval_url
+        env[env_vars.URL] = retrieval_url
     if cpu:
         modules = [m for m in env.get(EXTERNAL_MODULES_ENV, "").split(",") if m]
         if PLUGIN_MODULE not in modules:

@@ -1,0 +1,56 @@
+"""`EvalOptions`: every option of `verl-search eval`, declared once (the CLI generates its flags
+from this class, see `verl_search.options`). Standard library only, so building the CLI parser
+imports nothing of the eval side's heavy dependencies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from verl_search.protocol import DEFAULT_TOPK
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass
+class EvalOptions:
+    """Options of `run_eval` (the `verl-search eval` flags).
+
+    Attributes:
+        data: inputs, `[NAME=]PATH` of FlashRAG JSONL or verl parquet files.
+        out: output folder (default `runs/eval`; a rerun resumes it).
+        protocol: `search_r1` (tags) or `tool` (hermes tool calls); for JSONL inputs.
+        model: HF folder, folder of `gguf_file`, or `smollm2`.
+        engine: `transformers` (CPU, in process) or `sglang` (a server at `engine_url`).
+        retrieval_url: a running `/retrieve` endpoint, or `index`: an index folder to serve
+            for the length of the run.
+        max_per_source, seed: random sample of at most N questions per data source.
+        batch_size: questions rolled out together (and the engine's batch).
+        max_turns, topk, max_tokens_per_turn, max_obs_tokens: the protocol's limits (tokens).
+            `max_tokens_per_turn` defaults to 128, not Search-R1's 500: on 2 CPU cores a 135M
+            model decodes about 100 tokens/s in all, and small models ramble to the limit.
+        prompt_length, response_length: verl's rollout lengths (tokens).
+        temperature: 0 = greedy (verl's validation default).
+    """
+
+    data: list[str] = field(metadata=_help("[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable)"))
+    out: str = field(default="runs/eval", metadata=_help("output folder (a rerun resumes it)"))
+    protocol: Literal["search_r1", "tool"] = field(default="search_r1", metadata=_help("search_r1 (tags) or tool"))
+    model: str = field(default="smollm2", metadata=_help("HF model folder, a folder holding --gguf-file, or smollm2"))
+    gguf_file: str | None = field(default=None, metadata=_help("GGUF file name inside --model"))
+    engine: Literal["transformers", "sglang"] = field(default="transformers", metadata=_help("LLM engine"))
+    engine_url: str | None = field(default=None, metadata=_help("sglang: the server's base URL"))
+    retrieval_url: str | None = field(default=None, metadata=_help("a running /retrieve endpoint"))
+    index: str | None = field(default=None, metadata=_help("an index folder, served for the length of the run"))
+    max_per_source: int | None = field(default=None, metadata=_help("at most N questions per data source"))
+    seed: int = field(default=0, metadata=_help("seed of the --max-per-source sample"))
+    batch_size: int = field(default=16, metadata=_help("questions rolled out together"))
+    max_turns: int = field(default=4, metadata=_help("searches allowed (Search-R1's 4)"))
+    topk: int = field(default=DEFAULT_TOPK, metadata=_help("passages per search"))
+    max_tokens_per_turn: int = field(default=128, metadata=_help("tokens per model turn (CPU-sized)"))
+    max_obs_tokens: int = field(default=500, metadata=_help("tokens per observation"))
+    prompt_length: int = field(default=1024, metadata=_help("verl's rollout.prompt_length, tokens"))
+    response_length: int = field(default=2048, metadata=_help("verl's rollout.response_length, tokens"))
+    temperature: float = field(default=0.0, metadata=_help("0: greedy"))

@@ -1,0 +1,107 @@
+"""`trajectories.jsonl`: one record per question, from an agent-loop output batch, scored with
+`verl_search.rewards.compute_score` as verl's reward loop would score it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from verl_search.eval.rows import row_id
+from verl_search.protocol import (
+    FAILED_SEARCHES,
+    INVALID_ACTIONS,
+    NUM_SEARCHES,
+    SEARCH_ERRORS,
+    TOOL_CALL_RE,
+    TURNS,
+    parse_action,
+)
+from verl_search.rewards import compute_score, gold_answers
+
+
+def _turns_from_tokens(ids: list[int], mask: list[int], decode) -> list[dict]:
+    """Model turns (mask 1) with the observation (mask 0) that followed each, decoded from the tokens."""
+    turns: list[dict] = []
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end == len(ids) or mask[end] != mask[start]:
+            text = decode(ids[start:end])
+            if mask[start] == 1:
+                turns.append({"generated": text, "queries": queries_of(text)})
+            elif turns:
+                turns[-1]["observation"] = text
+            start = end
+    return turns
+
+
+def _turns_from_agent_loop(recorded: list[dict]) -> list[dict]:
+    """The tag-protocol agent loop's own turn records, with `queries` as a list."""
+    turns = []
+    for turn in recorded:
+        turn = dict(turn)
+        query = turn.pop("query", None)
+        turns.append({**turn, "queries": [query] if query is not None else queries_of(turn["generated"])})
+    return turns
+
+
+def queries_of(text: str) -> list[str]:
+    """The search queries of one model turn: a `<search>` block, or the hermes tool calls' `query_list`/`query`."""
+    action = parse_action(text)
+    if action.kind == "search":
+        return [action.content]
+    queries = []
+    for body in TOOL_CALL_RE.findall(text):
+        try:
+            arguments = json.loads(body).get("arguments", {})
+        except (ValueError, AttributeError):
+            continue
+        found = arguments.get("query_list", arguments.get("query", [])) if isinstance(arguments, dict) else []
+        queries += [found] if isinstance(found, str) else [q for q in found if isinstance(q, str)]
+    return queries
+
+
+def _field(output, key: str, position: int):
+    return output.non_tensor_batch[key][position] if key in output.non_tensor_batch else None
+
+
+def trajectory_record(output, position: int, row: dict, tokenizer) -> dict:
+    """One `trajectories.jsonl` line for row `position` of an agent-loop output batch (`DataProto`).
+
+    `turns` come from the agent loop's own record when it keeps one (`SearchR1AgentLoop`), else
+    they are decoded from the response tokens and mask (`ToolAgentLoop`).
+    """
+    prompt_width = output.batch["prompts"].shape[1]
+    valid = int(output.batch["attention_mask"][position, prompt_width:].sum())
+    ids = output.batch["responses"][position, :valid].tolist()
+    mask = output.batch["response_mask"][position, :valid].tolist()
+    fields = {}
+    for key in (NUM_SEARCHES, FAILED_SEARCHES, SEARCH_ERRORS, INVALID_ACTIONS):
+        value = _field(output, key, position)
+        if value is not None:
+            fields[key] = value if key == SEARCH_ERRORS else int(value)
+    extra_info = {**row["extra_info"], **fields}
+    response = tokenizer.decode(ids, skip_special_tokens=True)  # what verl's reward manager decodes
+    score = compute_score(row["data_source"], response, row["reward_model"]["ground_truth"], extra_info)
+    recorded = _field(output, TURNS, position)
+    turns = (_turns_from_agent_loop(list(recorded)) if recorded is not None
+             else _turns_from_tokens(ids, mask, lambda t: tokenizer.decode(t, skip_special_tokens=False)))
+    return {
+        "id": row_id(row), "data_source": row["data_source"], "question": row["extra_info"].get("question"),
+        "golden_answers": gold_answers(row["reward_model"]["ground_truth"]), "prediction": score["pred"],
+        "em": score["acc"], "f1": score["f1"], "cover_em": score["cover_em"], "score": score["score"],
+        "format_ok": score["format_ok"], "answered": bool(score["answered"]), NUM_SEARCHES: score[NUM_SEARCHES],
+        FAILED_SEARCHES: score[FAILED_SEARCHES], SEARCH_ERRORS: list(fields.get(SEARCH_ERRORS) or []),
+        INVALID_ACTIONS: fields.get(INVALID_ACTIONS, 0), "generated_tokens": int(sum(mask)),
+        "response_tokens": len(ids), TURNS: turns,
+    }
+
+
+def read_trajectories(path: Path) -> dict[str, dict]:
+    """The records of a `trajectories.jsonl` by id (empty when the file does not exist)."""
+    records = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                records[record["id"]] = record
+    return records

@@ -1,0 +1,158 @@
+"""The verl side of `verl-search eval`: the hydra overrides, the retrieval service for the run,
+the engine, and the rollout loop over verl's own `AgentLoopWorker`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from tqdm.auto import tqdm
+
+from verl_search.configs import config_path
+from verl_search.eval.options import EvalOptions
+from verl_search.eval.records import trajectory_record
+
+logger = logging.getLogger(__name__)
+
+
+def _shipped_yaml(name: str, updates: dict, path: Path) -> str:
+    """A copy of a shipped YAML with `updates` applied to its (first) entry's settings."""
+    config = OmegaConf.load(config_path(name))
+    entry = config.tools[0].config if name == "tool" else config[0]
+    for key, value in updates.items():
+        entry[key] = value
+    OmegaConf.save(config, path)
+    return str(path)
+
+
+def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrieval_url: str) -> list[str]:
+    """The hydra overrides that make verl's config fit this evaluation."""
+    out = Path(options.out)
+    client = {"retrieval_service_url": retrieval_url, "topk": options.topk}
+    tool_yaml = _shipped_yaml("tool", client, out / "search_tool_config.yaml")
+    loop_yaml = _shipped_yaml("agent-loop", {**client, "max_turns": options.max_turns,
+                                             "max_tokens_per_turn": options.max_tokens_per_turn,
+                                             "max_obs_tokens": options.max_obs_tokens}, out / "agent_loops.yaml")
+    rollout = "actor_rollout_ref.rollout"
+    return [
+        # the tokenizer and chat template verl's dataset and agent loops load
+        f"actor_rollout_ref.model.path={hf_folder}",
+        # mandatory in verl's rollout config (`name: ???`) but never read on this path: the worker gets
+        # our engine as its server manager and starts no rollout server. `sglang` is a valid name that
+        # imports nothing (the transformers engine has no verl rollout name of its own).
+        f"{rollout}.name=sglang",
+        # lengths: the agent loops cap each turn by what is left of response_length
+        f"{rollout}.prompt_length={options.prompt_length}",
+        f"{rollout}.response_length={options.response_length}",
+        f"{rollout}.calculate_log_probs=false",  # no training step, so no log-probs to keep
+        f"{rollout}.val_kwargs.temperature={options.temperature}",  # eval batches are validate=True: val_kwargs
+        # the tool-call protocol: ToolAgentLoop with our SearchTool, hermes as for Qwen2.5
+        f"{rollout}.multi_turn.enable=true",
+        f"{rollout}.multi_turn.format=hermes",
+        f"{rollout}.multi_turn.tool_config_path={tool_yaml}",
+        # characters: above the tool's observation budget, so verl never cuts an observation itself
+        f"{rollout}.multi_turn.max_tool_response_length=4000",
+        f"{rollout}.multi_turn.max_assistant_turns={options.max_turns + 1}",  # the searches + the answer
+        # the tag protocol: our agent loops YAML, with this run's limits and URL
+        f"{rollout}.agent.agent_loop_config_path={loop_yaml}",
+        # the rows: verl's RLHFDataset reads them from the parquet written for this run
+        f"data.train_files={data_file}",
+        f"data.val_files={data_file}",
+        f"data.max_prompt_length={options.prompt_length}",
+        "data.filter_overlong_prompts=false",  # never drop a question silently
+    ]
+
+
+@contextlib.contextmanager
+def retrieval_service(options: EvalOptions):
+    """Yield the `/retrieve` URL: the given one, or a server started on `options.index`."""
+    if options.retrieval_url:
+        yield options.retrieval_url
+        return
+    if not options.index:
+        raise ValueError("pass --retrieval-url URL (a running server) or --index DIR (served for this run)")
+    from verl_search.server.runner import SubprocessServer
+
+    with SubprocessServer(["--index", options.index], log_path=str(Path(options.out) / "retrieval_server.log")) as server:
+        yield f"{server.url}/retrieve"
+
+
+def make_engine(options: EvalOptions):
+    """`(engine, tokenizer, hf_folder)` for `options.engine`."""
+    from verl_search.rollout.engines import SGLangEngine, TransformersEngine
+    from verl_search.rollout.models import load_causal_lm
+
+    if options.engine == "transformers":
+        model, tokenizer, folder = load_causal_lm(options.model, options.gguf_file)
+        return TransformersEngine(model, tokenizer, max_batch_size=options.batch_size), tokenizer, folder
+    if options.engine == "sglang":
+        if not options.engine_url:
+            raise ValueError("--engine sglang needs --engine-url http://HOST:PORT (a running SGLang server)")
+        from transformers import AutoTokenizer
+
+        return SGLangEngine(options.engine_url), AutoTokenizer.from_pretrained(options.model), options.model
+    raise ValueError(f"unknown engine {options.engine!r}; use transformers or sglang")
+
+
+class RepeatedWarnings(logging.Filter):
+    """Let each verl warning through once per run: verl logs some per row (the same text 16 times in a
+    16-question batch). `suppressed` counts what was held back, by message template."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+        self.suppressed: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING or f"{os.sep}verl{os.sep}" not in record.pathname:
+            return True
+        key = (record.name, str(record.msg))
+        if key in self.seen:
+            self.suppressed[str(record.msg)] = self.suppressed.get(str(record.msg), 0) + 1
+            return False
+        self.seen.add(key)
+        return True
+
+
+@contextlib.contextmanager
+def verl_warnings_once():
+    """Install `RepeatedWarnings` on the root handlers for the block; log the counts it held back."""
+    once = RepeatedWarnings()
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(once)
+    try:
+        yield once
+    finally:
+        for handler in handlers:
+            handler.removeFilter(once)
+        for message, count in once.suppressed.items():
+            logger.info("verl warning %r repeated %d more time(s), shown once", message[:120], count)
+
+
+async def rollout(worker, dataset, rows: list[dict], pending: list[int], tokenizer, batch_size: int,
+                  trajectories: Path, engine=None) -> None:
+    """Roll out rows `pending` in batches of `batch_size`, appending each batch's records to
+    `trajectories` (flushed and fsynced, so an interrupted run resumes after the last full batch).
+    `engine`: closed at the end when it has an async `close` (an `SGLangEngine`'s HTTP session)."""
+    from verl_search.eval.batch import make_batch
+
+    try:
+        with open(trajectories, "a", encoding="utf-8") as sink, tqdm(
+                total=len(rows), initial=len(rows) - len(pending), unit="question", desc="eval") as progress:
+            for start in range(0, len(pending), batch_size):
+                chunk = pending[start : start + batch_size]
+                output = await worker.generate_sequences(make_batch(dataset, chunk))
+                for position, index in enumerate(chunk):
+                    sink.write(json.dumps(trajectory_record(output, position, rows[index], tokenizer)) + "\n")
+                sink.flush()
+                os.fsync(sink.fileno())
+                progress.update(len(chunk))
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,28 @@
+"""Exit codes and logging of the command-line entry points (`verl-search`, `python -m verl_search.server`).
+
+An expected error (a bad path, a mismatched index, a missing extra) is one log line and exit code 2,
+never a traceback. Standard library only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+logger = logging.getLogger("verl_search")
+
+
+def configure_logging() -> None:
+    """INFO-level logging to stderr with `LOG_FORMAT` (entry points only; the library never calls it)."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+
+
+def exit_code(call: Callable[[], int], expected: tuple[type[BaseException], ...]) -> int:
+    """`call()`'s exit code; 2 (the error logged as one line) when it raises one of `expected`."""
+    try:
+        return call()
+    except expected as exc:
+        logger.error("%s", exc)
+        return 2

@@ -1,0 +1,107 @@
+"""The imports that are never allowed (ARCHITECTURE.md), checked with `ast` over the installed
+package's files: every `import` / `from ... import` anywhere in a module counts, lazy ones inside
+functions included.
+
+* rewards -> anything of ours but `verl_search.protocol` (pure functions, cheap to import);
+* `verl_search.protocol` -> anything of ours (the leaf);
+* retrieval -> server, tools, agent_loop, eval;
+* server -> tools, agent_loop, eval, verl (the retrieval service runs in an install without verl);
+* tools, agent_loop -> retrieval (they talk to the service over HTTP only).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import verl_search
+
+PACKAGE = Path(verl_search.__file__).parent
+
+#: (package area, forbidden import prefixes); an area is a sub-package or a module of verl_search
+FORBIDDEN = {
+    "rewards": ("verl_search.",),
+    "protocol": ("verl_search.",),
+    "retrieval": ("verl_search.server", "verl_search.tools", "verl_search.agent_loop", "verl_search.eval"),
+    "server": ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl"),
+    "tools": ("verl_search.retrieval",),
+    "agent_loop": ("verl_search.retrieval",),
+}
+#: what an area may import even though a prefix above forbids it
+ALLOWED = {
+    "rewards": ("verl_search.protocol", "verl_search.rewards"),
+    "protocol": (),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """`(line, absolute module name)` of every import in a file (relative imports resolved)."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names if base == "verl_search"]
+    return found
+
+
+def _matches(name: str, prefix: str) -> bool:
+    prefix = prefix.rstrip(".")
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def violations(area: str) -> list[str]:
+    """`file:line imports name` for each forbidden import of `area`."""
+    root = PACKAGE / area
+    files = sorted(root.rglob("*.py")) if root.is_dir() else [PACKAGE / f"{area}.py"]
+    allowed = ALLOWED.get(area, ())
+    found = []
+    for path in files:
+        for line, name in imports_of(path):
+            if name == "verl_search" or any(_matches(name, a) for a in allowed):
+                continue
+            for prefix in FORBIDDEN[area]:
+                if (prefix == "verl_search." and name.startswith(prefix)) or (prefix != "verl_search." and _matches(name, prefix)):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}")
+    return found
+
+
+def test_the_package_has_every_area():
+    for area in FORBIDDEN:
+        assert (PACKAGE / area).is_dir() or (PACKAGE / f"{area}.py").is_file(), f"verl_search.{area} is missing"
+
+
+@pytest.mark.parametrize("area", sorted(FORBIDDEN))
+def test_no_forbidden_import(area):
+    found = violations(area)
+    assert not found, f"forbidden imports of verl_search.{area} (see ARCHITECTURE.md):\n" + "\n".join(found)
+
+
+def test_the_walk_sees_lazy_imports():
+    # a checker that misses imports inside functions would pass vacuously
+    sample = PACKAGE / "cli.py"
+    names = {name for _, name in imports_of(sample)}
+    assert "verl_search.server.serve" in names  # imported inside a function
+    assert "verl_search.eval.harness" in names
+
+
+def test_protocol_is_standard_library_only():
+    import sys
+
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    names = {name.split(".")[0] for _, name in imports_of(PACKAGE / "protocol.py")}
+    assert names <= stdlib, f"verl_search.protocol imports {sorted(names - stdlib)}"
