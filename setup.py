@@ -51,6 +51,8 @@ setup(
         "verl": [
             f"verl=={VERL}",
             "cachetools",  # verl 0.9.1 imports it (verl/workers/rollout/router.py) without declaring it
+            # verl 0.9.1's default (v1) trainer needs it; verl declares it only in an extra we do not take
+            "TransferQueue>=0.1.10",
             "aiohttp",
             "pandas",
             "pyarrow",

@@ -44,6 +44,8 @@ from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 initialize_global_process_group_ray()  # P1: unpatched, torch refuses "cpu:gloo,cpu:gloo"
 policy = transformer_impl.CPUOffloadPolicy(pin_memory=True)  # P2
+import verl.utils.model as verl_model
+critic_loader = verl_model.load_valuehead_model  # P4
 print(json.dumps({
     "device": get_device_name(), "device_id": get_device_id(),
     "memory": get_torch_device().memory_allocated() > 0,
@@ -54,6 +56,7 @@ print(json.dumps({
     "adapter": get_rollout_class("%s").__name__,
     "replica": RolloutReplicaRegistry.get("%s").__name__,
     "threads": torch.get_num_threads(),
+    "critic_attention": getattr(critic_loader, "_verl_search_cpu", False),
 }))
 """ % (ROLLOUT_NAME, ROLLOUT_NAME)
 
@@ -70,7 +73,7 @@ def test_plugin_registers_everything_in_a_fresh_process(tmp_path):
         "pin_memory": False, "is_offload_policy": True,
         "engine": "FSDPEngineWithLMHead", "critic_engine": "FSDPEngineWithValueHead",
         "adapter": "TransformersServerAdapter", "replica": "TransformersReplica",
-        "threads": os.cpu_count(),
+        "threads": os.cpu_count(), "critic_attention": True,
     }
 
 

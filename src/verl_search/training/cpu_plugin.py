@@ -11,7 +11,7 @@ It registers, in order:
    in `EngineRegistry` (verl registers them for cuda/npu only);
 3. the transformers rollout (`verl_search.training.rollout`) in `RolloutReplicaRegistry` as
    `verl_search_cpu`, and its in-worker adapter (patch P3);
-4. patches P1 and P2 (`verl_search.training.verl_patches`), after checking verl's code;
+4. patches P1, P2 and P4 (`verl_search.training.verl_patches`), after checking verl's code;
 5. the `verl_search` logger at INFO (verl sets the root logger to WARNING);
 6. torch's thread count: every core (`VERL_SEARCH_CPU_THREADS` overrides), since Ray starts
    workers with `OMP_NUM_THREADS=1`, which would leave the trainer on one core.
@@ -67,6 +67,7 @@ def register() -> None:
 
     verl_patches.patch_process_group_backend()
     verl_patches.patch_unpinned_offload()
+    verl_patches.patch_value_model_attention()
 
     from verl.workers.engine.fsdp import transformer_impl
 

@@ -26,6 +26,8 @@ from verl_search.training.names import PLUGIN_MODULE, ROLLOUT_NAME
 
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 PLATFORM_ENV = "VERL_PLATFORM"
+FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+"""FSDP mixed-precision setting that keeps every dtype fp32."""
 CPU_LOGICAL_CPUS = 8
 """Ray's logical CPU count on a CPU run: verl and TransferQueue place several 1-CPU actors
 (task runner, storage, agent-loop and reward workers) that mostly wait; 2 real cores would
@@ -57,6 +59,8 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
     - FSDP2 for actor, reference and critic (FSDP1 hard-codes `sync_module_states=True`, a
       broadcast from a device);
     - `attn_implementation=sdpa` for actor and critic (verl's default is flash-attention);
+    - fp32 compute for actor, reference and critic (verl's default bf16 autocast is slower on
+      most CPUs, and the rollout computes in fp32: their log-probs then agree to ~1e-6);
     - `trainer.n_gpus_per_node` logical GPUs (default 1) and as many in Ray
       (`ray_kwargs.ray_init.num_gpus`): each is a trainer worker on the shared cores;
     - `CPU_LOGICAL_CPUS` logical CPUs for Ray; one TransferQueue storage unit, one agent-loop
@@ -72,6 +76,9 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
         "critic.strategy=fsdp2",
         "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "++critic.model.override_config.attn_implementation=sdpa",
+        f"++actor_rollout_ref.actor.fsdp_config.mixed_precision={FP32}",
+        f"++actor_rollout_ref.ref.fsdp_config.mixed_precision={FP32}",
+        f"++critic.fsdp.mixed_precision={FP32}",
         f"++ray_kwargs.ray_init.num_gpus={gpus}",
         f"ray_kwargs.ray_init.num_cpus={CPU_LOGICAL_CPUS}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",

@@ -1,4 +1,4 @@
-"""The three places where verl 0.9.1 has no public hook for a CPU run, and the smallest patch for each.
+"""The four places where verl 0.9.1 has no public hook for a CPU run, and the smallest patch for each.
 
 Each patch first checks that verl's code is the code it was written against (`check()`), so a
 verl release that changes it fails with a message naming the place, instead of patching the wrong
@@ -14,6 +14,9 @@ on `SUPPORTED_VERL_VERSION`.
 * P3 `verl/workers/rollout/base.py`: the in-worker rollout adapter is looked up in the private
   dict `_ROLLOUT_REGISTRY` (there is a public `RolloutReplicaRegistry` for the server side only).
   Patch: one entry for our rollout name.
+* P4 `verl/utils/model.py` `load_valuehead_model`: the critic (PPO) is loaded with
+  `attn_implementation="flash_attention_2"` hard-coded, ignoring `critic.model.override_config`;
+  flash-attention needs a GPU. Patch: the same load with `sdpa`.
 """
 
 from __future__ import annotations
@@ -72,7 +75,10 @@ P2 = Place("verl.workers.engine.fsdp.transformer_impl", "FSDPEngine",
 P3 = Place("verl.workers.rollout.base", "get_rollout_class",
            "_ROLLOUT_REGISTRY[(rollout_name, mode)]",
            "P3: the in-worker rollout adapter comes from the private _ROLLOUT_REGISTRY dict")
-PLACES = (P1, P2, P3)
+P4 = Place("verl.utils.model", "load_valuehead_model",
+           'attn_implementation="flash_attention_2"',
+           "P4: the critic's value model is loaded with flash-attention hard-coded")
+PLACES = (P1, P2, P3, P4)
 
 
 def check_all() -> None:
@@ -123,6 +129,29 @@ def patch_unpinned_offload() -> None:
             self.pin_memory = False
 
     impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+
+
+def patch_value_model_attention() -> None:
+    """P4: `verl.utils.model.load_valuehead_model` loads the critic with `sdpa` attention.
+
+    verl's transformers engine imports the function at call time, so replacing the module attribute
+    is enough. The replacement is verl's first branch (`AutoModelForTokenClassification`, one label)
+    with `sdpa`; verl's TRL fallback is for models without a token-classification head.
+    """
+    model_module = importlib.import_module(P4.module)
+    if getattr(model_module.load_valuehead_model, "_verl_search_cpu", False):
+        return
+    P4.check()
+
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            pretrained_model_name_or_path=local_path, torch_dtype=torch_dtype, config=model_config,
+            attn_implementation="sdpa", trust_remote_code=trust_remote_code)
+
+    load_valuehead_model._verl_search_cpu = True
+    model_module.load_valuehead_model = load_valuehead_model
 
 
 def register_rollout_adapter(name: str, adapter_path: str) -> None:
