@@ -170,9 +170,10 @@ def main() -> int:
         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.001",
         f"actor_rollout_ref.rollout.n={args.n}", f"data.train_batch_size={args.prompts_per_step}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts_per_step}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        # micro-batches of 2: a 49k-token vocabulary makes logits the peak of memory on a 24 GB machine
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
         f"actor_rollout_ref.actor.optim.lr={args.lr}", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
         "data.max_prompt_length=512", f"data.max_response_length={response_length}",
         "actor_rollout_ref.rollout.prompt_length=512", f"actor_rollout_ref.rollout.response_length={response_length}",

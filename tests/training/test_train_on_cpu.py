@@ -76,8 +76,8 @@ def train(recipe: Path, model: Path, files, url: str, out: Path, steps: int) -> 
         "data.train_batch_size=2", "data.max_prompt_length=1024", "data.max_response_length=768",
         "actor_rollout_ref.rollout.prompt_length=1024", "actor_rollout_ref.rollout.response_length=768",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",  # PPO: 2 samples per step
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
         "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.actor.optim.lr=1e-3",  # large enough that one step visibly moves the weights
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
