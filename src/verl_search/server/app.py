@@ -12,7 +12,9 @@ OpenAPI page at `/docs`.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,8 @@ from contextlib import asynccontextmanager
 from typing import Union
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from verl_search.retrieval.base import Retriever
@@ -78,6 +82,30 @@ def _unprocessable(field: str, message: str) -> HTTPException:
     return HTTPException(status_code=422, detail=[{"loc": ["body", field], "msg": message, "type": "value_error"}])
 
 
+def _json_safe(value, limit: int = 200):
+    """`value` made encodable as strict ASCII JSON: non-finite floats become strings, long strings and
+    containers are cut to `limit` characters / items (a 1 MB query is not echoed back in a 422)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + "..."
+    if isinstance(value, dict):
+        return {_json_safe(str(k), limit): _json_safe(v, limit) for k, v in list(value.items())[:limit]}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v, limit) for v in list(value)[:limit]]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _json_safe(repr(value), limit)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    """FastAPI's 422 body (`{"detail": [{"loc", "msg", "type", "input", ...}]}`), but never a 500:
+    the echoed input may hold NaN, infinities or lone surrogates, which FastAPI's own handler
+    cannot encode. Encoded as ASCII JSON (surrogates as `\\udXXX` escapes)."""
+    detail = _json_safe(jsonable_encoder(exc.errors(), custom_encoder={float: lambda f: f}))
+    return Response(json.dumps({"detail": detail}, ensure_ascii=True), status_code=422, media_type="application/json")
+
+
 def create_app(
     retriever: RetrieverSource,
     settings: ServerSettings | None = None,
@@ -112,6 +140,7 @@ def create_app(
     )
     app.state.service = service
     app.add_middleware(_ArrivalTime)
+    app.add_exception_handler(RequestValidationError, _validation_error)
 
     def get_batcher(request: Request) -> MicroBatcher:
         current: _Service = request.app.state.service
