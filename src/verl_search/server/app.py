@@ -12,6 +12,7 @@ OpenAPI page at `/docs`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -49,11 +50,14 @@ class _ArrivalTime:
 
 
 class _Service:
-    """Load state of one app: `status` is `loading`, `ready` or `failed`."""
+    """State of one app: `status` is `loading`, `ready` or `failed`; `draining` once `drain()` was
+    called (SIGTERM, see `server.serve`); `in_flight`: `/retrieve` requests being answered."""
 
     def __init__(self, settings: ServerSettings):
         self.settings = settings
         self.status = "loading"
+        self.draining = False
+        self.in_flight = 0
         self.error: str | None = None
         self.retriever: Retriever | None = None
         self.batcher: MicroBatcher | None = None
@@ -75,6 +79,32 @@ class _Service:
             logger.error("loading the index failed: %s", self.error)
             if on_failure is not None:
                 on_failure(exc)
+
+    def drain(self) -> None:
+        """Refuse new `/retrieve` requests (503 + Retry-After) and say `draining` in `/health`;
+        requests already in flight are answered."""
+        self.draining = True
+
+
+async def _disconnected(receive) -> None:
+    """Return once the client has gone (the ASGI `http.disconnect` message; the body was read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _search_unless_gone(request: Request, batcher: MicroBatcher, queries: list[str], topk: int):
+    """The hits of `queries`, or None if the client disconnected first (its job is then dropped
+    by the batcher, unsearched, unless a batch already holds it)."""
+    hits = batcher.submit(queries, topk)
+    gone = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait((hits, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if hits.done():
+        return hits.result()
+    hits.cancel()
+    return None
 
 
 def _unprocessable(field: str, message: str) -> HTTPException:
@@ -144,6 +174,9 @@ def create_app(
 
     def get_batcher(request: Request) -> MicroBatcher:
         current: _Service = request.app.state.service
+        if current.draining:
+            raise HTTPException(status_code=503, detail="server is draining (shutting down); retry shortly",
+                                headers={"Retry-After": "2"})
         if current.status != "ready":
             detail = f"index {current.status}" + (f": {current.error}" if current.error else "; retry after /health is ready")
             raise HTTPException(status_code=503, detail=detail, headers={"Retry-After": "1"})
@@ -173,18 +206,26 @@ def create_app(
                     "queries",
                     f"queries[{position}] has {len(query)} characters; at most max_query_chars={settings.max_query_chars}",
                 )
-        hits = await batcher.search(list(body.queries), topk)
+        service.in_flight += 1
+        try:
+            hits = await _search_unless_gone(request, batcher, list(body.queries), topk)
+        finally:
+            service.in_flight -= 1
+        if hits is None:  # the client gave up: nobody reads an answer
+            return Response(status_code=499)
         timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"
         content = encode_retrieve_response(hits, body.return_scores)
         return Response(content, media_type="application/json", headers={"Server-Timing": timing})
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health():
-        """`ready` (200) once the index is loaded; `loading` or `failed` (503) before."""
-        body = HealthResponse(status=service.status, error=service.error)
+        """`ready` (200) once the index is loaded; `loading` or `failed` (503) before; `draining` (503)
+        after SIGTERM, while in-flight requests finish."""
+        status = "draining" if service.draining else service.status
+        body = HealthResponse(status=status, error=service.error, in_flight=service.in_flight)
         if service.retriever is not None:
             body.retriever, body.num_passages = service.retriever.kind, service.retriever.num_passages
             body.batches, body.queries = service.batcher.batches, service.batcher.queries
-        return JSONResponse(body.model_dump(), status_code=200 if service.status == "ready" else 503)
+        return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)
 
     return app
