@@ -76,9 +76,10 @@ class _Service:
             logger.info("index ready: %s retriever, %d passages", retriever.kind, retriever.num_passages)
         except BaseException as exc:
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
-            logger.error("loading the index failed: %s", self.error)
             if on_failure is not None:
-                on_failure(exc)
+                on_failure(exc)  # the caller reports it (the CLI: one error line, exit 1)
+            else:
+                logger.error("loading the index failed: %s", self.error)
 
     def drain(self) -> None:
         """Refuse new `/retrieve` requests (503 + Retry-After) and say `draining` in `/health`;
