@@ -8,6 +8,11 @@ through `Depends(get_batcher)` (tests may override it).
 
 Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, and the
 OpenAPI page at `/docs`.
+
+Under faults: a request whose client disconnects before its batch runs is dropped unsearched (the
+handler watches for the ASGI disconnect and cancels its job); after `_Service.drain()` (SIGTERM in
+`server.serve`) new requests get 503 + `Retry-After` while those in flight are answered; a 422 is
+never turned into a 500 by what it echoes (NaN, lone surrogates, 1 MB strings are made safe).
 """
 
 from __future__ import annotations
