@@ -7,7 +7,7 @@ connections) on it for `--seconds`. Prints requests, queries/s, p50/p99 latency,
 server's RSS (MiB) after warm-up and after the soak. Exits 1 on any error, on no request answered,
 or on RSS growth above `--max-growth` percent (default 5).
 
-    python benchmarks/soak_retrieval_server.py --seconds 60            # the soak
+    python benchmarks/soak_retrieval_server.py --seconds 60            # the soak (30 s warm-up)
     python benchmarks/soak_retrieval_server.py --seconds 10 --json      # CI variant (tests/reliability)
 
 The last line with `--json` is a JSON object of the numbers.
@@ -79,7 +79,7 @@ def main() -> int:
     parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
     parser.add_argument("--clients", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=60.0, help="soak duration")
-    parser.add_argument("--warmup", type=float, default=10.0, help="warm-up duration (same load), seconds")
+    parser.add_argument("--warmup", type=float, default=30.0, help="warm-up duration (same load), seconds")
     parser.add_argument("--max-growth", type=float, default=5.0, help="allowed RSS growth after warm-up, percent")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON on the last line")
     args = parser.parse_args()
