@@ -14,6 +14,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 logger = logging.getLogger("verl_search")
 
 
+class DiskWriteError(OSError):
+    """Writing an output failed for lack of room (disk full, quota, file size limit); the message
+    says where and that nothing half-written was left. An expected error for `exit_code`."""
+
+
 def configure_logging() -> None:
     """INFO-level logging to stderr with `LOG_FORMAT` (entry points only; the library never calls it)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
@@ -23,6 +28,6 @@ def exit_code(call: Callable[[], int], expected: tuple[type[BaseException], ...]
     """`call()`'s exit code; 2 (the error logged as one line) when it raises one of `expected`."""
     try:
         return call()
-    except expected as exc:
+    except (*expected, DiskWriteError) as exc:
         logger.error("%s", exc)
         return 2

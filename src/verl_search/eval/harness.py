@@ -14,7 +14,8 @@ Output folder:
 * `eval_data.parquet`: the rows evaluated (after `--max-per-source` sampling);
 * `trajectories.jsonl`: one line per question (question, gold answers, every turn's generated
   text, search query and observation, prediction, EM, F1, cover-EM, searches, failed searches,
-  tokens), appended batch by batch; a rerun skips the ids already there (resume);
+  tokens), appended batch by batch (one write, flushed and fsynced); a rerun first cuts off a
+  torn last line (a run killed while writing) and skips the ids already there (resume);
 * `report.json`, `report.md`, `report.png`: see `verl_search.eval.report`.
 """
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from verl_search.data.preprocess import write_parquet
 from verl_search.eval.options import EvalOptions
-from verl_search.eval.records import read_trajectories
+from verl_search.eval.records import read_trajectories, repair_trajectories
 from verl_search.eval.report import write_report
 from verl_search.eval.rows import row_id, select_rows
 from verl_search.eval.verl_run import make_engine, retrieval_service, rollout, verl_overrides, verl_warnings_once
@@ -63,6 +64,9 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     data_file = out / "eval_data.parquet"
     write_parquet(rows, data_file)
     trajectories = out / "trajectories.jsonl"
+    torn = repair_trajectories(trajectories)
+    if torn:
+        logger.warning("cut %d bytes of an unfinished last record off %s (a killed run); redoing it", torn, trajectories)
     done = read_trajectories(trajectories)
     pending = [i for i, row in enumerate(rows) if row_id(row) not in done]
     logger.info("%d questions, %d already in %s, %d to run", len(rows), len(rows) - len(pending), trajectories, len(pending))

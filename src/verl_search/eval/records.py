@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from verl_search.eval.rows import row_id
@@ -94,6 +95,32 @@ def trajectory_record(output, position: int, row: dict, tokenizer) -> dict:
         INVALID_ACTIONS: fields.get(INVALID_ACTIONS, 0), "generated_tokens": int(sum(mask)),
         "response_tokens": len(ids), TURNS: turns,
     }
+
+
+def repair_trajectories(path: Path) -> int:
+    """Cut a torn tail off `trajectories.jsonl` (a run killed while writing a batch); return the bytes cut.
+
+    Batches are appended and fsynced whole, so only the last line can be incomplete: everything
+    after the last newline goes, and the questions it held are rolled out again on resume.
+    """
+    if not path.is_file():
+        return 0
+    size = path.stat().st_size
+    with open(path, "rb+") as file:
+        end = size
+        while end > 0:
+            file.seek(max(0, end - 65536))
+            block = file.read(end - max(0, end - 65536))
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                end = max(0, end - len(block)) + newline + 1
+                break
+            end = max(0, end - len(block))
+        if end < size:
+            file.truncate(end)
+            file.flush()
+            os.fsync(file.fileno())
+    return size - end
 
 
 def read_trajectories(path: Path) -> dict[str, dict]:

@@ -147,8 +147,9 @@ async def rollout(worker, dataset, rows: list[dict], pending: list[int], tokeniz
             for start in range(0, len(pending), batch_size):
                 chunk = pending[start : start + batch_size]
                 output = await worker.generate_sequences(make_batch(dataset, chunk))
-                for position, index in enumerate(chunk):
-                    sink.write(json.dumps(trajectory_record(output, position, rows[index], tokenizer)) + "\n")
+                lines = [json.dumps(trajectory_record(output, position, rows[index], tokenizer)) + "\n"
+                         for position, index in enumerate(chunk)]
+                sink.write("".join(lines))  # one write per batch: a kill tears at most the last line
                 sink.flush()
                 os.fsync(sink.fileno())
                 progress.update(len(chunk))

@@ -48,10 +48,16 @@ def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None):
             `True` requires GPUs.
 
     Raises:
+        ValueError: if the file cannot be read (truncated, corrupt, not a faiss index).
         RuntimeError: if `use_gpu=True` and faiss sees no GPU.
     """
     faiss = require_faiss()
-    index = faiss.read_index(str(path))
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:  # faiss's C++ error: a long message naming its own source file
+        reason = str(exc).rsplit("failed: ", 1)[-1].strip()
+        raise ValueError(f"faiss index {path} cannot be read (truncated or corrupt: {reason}); "
+                         "rebuild it with `verl-search index build`") from exc
     gpus = num_faiss_gpus()
     if use_gpu and gpus == 0:
         raise RuntimeError("use_gpu=True but faiss sees no GPU; install faiss-gpu-cu12 or pass use_gpu=False")

@@ -13,6 +13,7 @@ chunk by chunk. The on-disk embeddings are deleted when the index is written.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -22,6 +23,8 @@ from typing import Literal
 
 import numpy as np
 from tqdm.auto import tqdm
+
+from verl_search.exits import DiskWriteError
 
 from verl_search.retrieval.bm25 import DEFAULT_BM25_PARAMS, build_bm25
 from verl_search.retrieval.corpus import iter_passages, scan_corpus
@@ -120,11 +123,23 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
             manifest = _build_dense(corpus_path, corpus, partial, options)
         manifest.write(partial)
         _publish(partial, out_dir)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(partial, ignore_errors=True)
+        if _out_of_room(exc):
+            raise DiskWriteError(
+                f"writing the index under {out_dir.parent} failed: {exc} (disk full, quota or file size limit?); "
+                f"nothing was written to {out_dir}: free space or pass another --out"
+            ) from exc
         raise
     logger.info("index written to %s", out_dir)
     return manifest
+
+
+def _out_of_room(exc: BaseException) -> bool:
+    """Whether `exc` is a write that ran out of room (ENOSPC, EFBIG, EDQUOT, or numpy's short write)."""
+    if not isinstance(exc, OSError):
+        return False
+    return exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or (exc.errno is None and "written" in str(exc))
 
 
 def _build_dense(corpus_path: Path, corpus: CorpusInfo, folder: Path, options: BuildOptions) -> Manifest:

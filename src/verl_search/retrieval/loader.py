@@ -128,6 +128,11 @@ def resolve_index(
         )
     if verify_corpus and file_sha256(corpus_path) != manifest.corpus.sha256:
         raise IndexMismatchError(f"corpus {corpus_path} has another SHA-256 than the index's corpus; rebuild the index")
+    for name in [OFFSETS_NAME, BM25_DIR if manifest.retriever == "bm25" else FAISS_NAME]:
+        if not (index_path / name).exists():
+            raise FileNotFoundError(
+                f"index {index_path} has no {name} (a damaged or incomplete index); rebuild it with `verl-search index build`"
+            )
     spec = IndexSpec(
         kind=manifest.retriever,
         index_path=index_path,

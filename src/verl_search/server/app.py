@@ -8,11 +8,19 @@ through `Depends(get_batcher)` (tests may override it).
 
 Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, and the
 OpenAPI page at `/docs`.
+
+Under faults: a request whose client disconnects before its batch runs is dropped unsearched (the
+handler watches for the ASGI disconnect and cancels its job); after `_Service.drain()` (SIGTERM in
+`server.serve`) new requests get 503 + `Retry-After` while those in flight are answered; a 422 is
+never turned into a 500 by what it echoes (NaN, lone surrogates, 1 MB strings are made safe).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +28,8 @@ from contextlib import asynccontextmanager
 from typing import Union
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from verl_search.retrieval.base import Retriever
@@ -45,11 +55,14 @@ class _ArrivalTime:
 
 
 class _Service:
-    """Load state of one app: `status` is `loading`, `ready` or `failed`."""
+    """State of one app: `status` is `loading`, `ready` or `failed`; `draining` once `drain()` was
+    called (SIGTERM, see `server.serve`); `in_flight`: `/retrieve` requests being answered."""
 
     def __init__(self, settings: ServerSettings):
         self.settings = settings
         self.status = "loading"
+        self.draining = False
+        self.in_flight = 0
         self.error: str | None = None
         self.retriever: Retriever | None = None
         self.batcher: MicroBatcher | None = None
@@ -68,14 +81,65 @@ class _Service:
             logger.info("index ready: %s retriever, %d passages", retriever.kind, retriever.num_passages)
         except BaseException as exc:
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
-            logger.error("loading the index failed: %s", self.error)
             if on_failure is not None:
-                on_failure(exc)
+                on_failure(exc)  # the caller reports it (the CLI: one error line, exit 1)
+            else:
+                logger.error("loading the index failed: %s", self.error)
+
+    def drain(self) -> None:
+        """Refuse new `/retrieve` requests (503 + Retry-After) and say `draining` in `/health`;
+        requests already in flight are answered."""
+        self.draining = True
+
+
+async def _disconnected(receive) -> None:
+    """Return once the client has gone (the ASGI `http.disconnect` message; the body was read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _search_unless_gone(request: Request, batcher: MicroBatcher, queries: list[str], topk: int):
+    """The hits of `queries`, or None if the client disconnected first (its job is then dropped
+    by the batcher, unsearched, unless a batch already holds it)."""
+    hits = batcher.submit(queries, topk)
+    gone = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait((hits, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if hits.done():
+        return hits.result()
+    hits.cancel()
+    return None
 
 
 def _unprocessable(field: str, message: str) -> HTTPException:
     """A 422 shaped like FastAPI's own validation errors, naming the field."""
     return HTTPException(status_code=422, detail=[{"loc": ["body", field], "msg": message, "type": "value_error"}])
+
+
+def _json_safe(value, limit: int = 200):
+    """`value` made encodable as strict ASCII JSON: non-finite floats become strings, long strings and
+    containers are cut to `limit` characters / items (a 1 MB query is not echoed back in a 422)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + "..."
+    if isinstance(value, dict):
+        return {_json_safe(str(k), limit): _json_safe(v, limit) for k, v in list(value.items())[:limit]}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v, limit) for v in list(value)[:limit]]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _json_safe(repr(value), limit)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    """FastAPI's 422 body (`{"detail": [{"loc", "msg", "type", "input", ...}]}`), but never a 500:
+    the echoed input may hold NaN, infinities or lone surrogates, which FastAPI's own handler
+    cannot encode. Encoded as ASCII JSON (surrogates as `\\udXXX` escapes)."""
+    detail = _json_safe(jsonable_encoder(exc.errors(), custom_encoder={float: lambda f: f}))
+    return Response(json.dumps({"detail": detail}, ensure_ascii=True), status_code=422, media_type="application/json")
 
 
 def create_app(
@@ -112,9 +176,13 @@ def create_app(
     )
     app.state.service = service
     app.add_middleware(_ArrivalTime)
+    app.add_exception_handler(RequestValidationError, _validation_error)
 
     def get_batcher(request: Request) -> MicroBatcher:
         current: _Service = request.app.state.service
+        if current.draining:
+            raise HTTPException(status_code=503, detail="server is draining (shutting down); retry shortly",
+                                headers={"Retry-After": "2"})
         if current.status != "ready":
             detail = f"index {current.status}" + (f": {current.error}" if current.error else "; retry after /health is ready")
             raise HTTPException(status_code=503, detail=detail, headers={"Retry-After": "1"})
@@ -144,18 +212,26 @@ def create_app(
                     "queries",
                     f"queries[{position}] has {len(query)} characters; at most max_query_chars={settings.max_query_chars}",
                 )
-        hits = await batcher.search(list(body.queries), topk)
+        service.in_flight += 1
+        try:
+            hits = await _search_unless_gone(request, batcher, list(body.queries), topk)
+        finally:
+            service.in_flight -= 1
+        if hits is None:  # the client gave up: nobody reads an answer
+            return Response(status_code=499)
         timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"
         content = encode_retrieve_response(hits, body.return_scores)
         return Response(content, media_type="application/json", headers={"Server-Timing": timing})
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health():
-        """`ready` (200) once the index is loaded; `loading` or `failed` (503) before."""
-        body = HealthResponse(status=service.status, error=service.error)
+        """`ready` (200) once the index is loaded; `loading` or `failed` (503) before; `draining` (503)
+        after SIGTERM, while in-flight requests finish."""
+        status = "draining" if service.draining else service.status
+        body = HealthResponse(status=status, error=service.error, in_flight=service.in_flight)
         if service.retriever is not None:
             body.retriever, body.num_passages = service.retriever.kind, service.retriever.num_passages
             body.batches, body.queries = service.batcher.batches, service.batcher.queries
-        return JSONResponse(body.model_dump(), status_code=200 if service.status == "ready" else 503)
+        return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)
 
     return app

@@ -66,9 +66,17 @@ class MicroBatcher:
         Raises:
             whatever `retriever.search` raised for the batch holding this request.
         """
+        return await self.submit(queries, topk)
+
+    def submit(self, queries: list[str], topk: int) -> asyncio.Future:
+        """Queue a request; return an asyncio future of its hits (call from the event loop).
+
+        Cancelling the future drops the request: a job whose future is cancelled before the worker
+        dequeues it is never searched (one check per job, in `_execute`).
+        """
         job = _Job(queries=queries, topk=topk)
         self._queue.put(job)
-        return await asyncio.wrap_future(job.future)
+        return asyncio.wrap_future(job.future)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the jobs already queued (waits up to `timeout` seconds)."""
@@ -116,6 +124,7 @@ class MicroBatcher:
         return None
 
     def _execute(self, batch: list[_Job]) -> None:
+        # a job whose caller gave up (future cancelled: client disconnected) is dropped here, unsearched
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
         self._last_batch_jobs = len(live)
         if not live:

@@ -103,7 +103,8 @@ def parse_retrieve_response(body: bytes | str | dict, num_queries: int) -> list[
 
 
 class HealthResponse(BaseModel):
-    """Body of `GET /health`: `status` is `loading`, `ready` or `failed` (HTTP 503 unless ready)."""
+    """Body of `GET /health`: `status` is `loading`, `ready`, `failed` or `draining` (shutting down
+    after SIGTERM); HTTP 503 unless ready. `in_flight`: `/retrieve` requests being answered now."""
 
     status: str
     retriever: str | None = None
@@ -111,3 +112,4 @@ class HealthResponse(BaseModel):
     error: str | None = None
     batches: int = 0
     queries: int = 0
+    in_flight: int = 0

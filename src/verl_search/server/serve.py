@@ -5,6 +5,10 @@ command (the CLI calls `add_serve_arguments` and `serve_from_args`); `server.run
 starts it as a child process. Every flag is generated from `ServeOptions` and `ServerSettings`
 (`verl_search.options`), so defaults live in those two classes only.
 
+SIGTERM (or a first Ctrl-C) drains: `/health` says `draining` (503), new `/retrieve` requests get
+503 with `Retry-After`, requests in flight are answered, and the process exits 0 once none is left
+or `--drain-timeout` seconds have passed. A second signal exits at once.
+
 Imports nothing of the verl side (tools, agent loop, eval, verl): it runs in a retriever-only install.
 """
 
@@ -12,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import time
 from dataclasses import dataclass, field
 
 from verl_search.exits import configure_logging, exit_code
@@ -48,6 +54,42 @@ class ServeOptions:
     cpu: bool = field(default=False, metadata={"help": "keep the faiss index on the CPU even if GPUs are visible"})
     verify_corpus: bool = field(default=False, metadata={"help": "check the corpus SHA-256 against the manifest"})
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
+    drain_timeout: float = field(default=30.0, metadata={
+        "help": "seconds to let in-flight requests finish after SIGTERM before exiting"})
+
+
+def draining_server(config, service, drain_timeout: float):
+    """A `uvicorn.Server` that drains on the first SIGTERM/SIGINT instead of stopping at once.
+
+    Args:
+        config: the `uvicorn.Config`.
+        service: the app's state (`app.state.service`): `drain()`, `in_flight`.
+        drain_timeout: seconds, at most, to wait for in-flight requests (then uvicorn's own
+            shutdown runs, bounded by `config.timeout_graceful_shutdown`).
+    """
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        drain_started: float | None = None
+
+        def handle_exit(self, sig, frame) -> None:  # called in the main thread by uvicorn's signal handler
+            if self.drain_started is None and sig in (signal.SIGTERM, signal.SIGINT):
+                self.drain_started = time.monotonic()
+                service.drain()
+                logger.info("draining: %d requests in flight, new ones get 503", service.in_flight)
+                return
+            self.should_exit = True  # a second signal: stop now, without re-raising it at exit
+            self.force_exit = sig == signal.SIGINT
+
+        async def on_tick(self, counter: int) -> bool:
+            if self.drain_started is not None and not self.should_exit:
+                waited = time.monotonic() - self.drain_started
+                if service.in_flight == 0 or waited >= drain_timeout:
+                    logger.info("drained after %.1f s (%d requests left)", waited, service.in_flight)
+                    self.should_exit = True
+            return await super().on_tick(counter)
+
+    return DrainingServer(config)
 
 
 def add_serve_arguments(parser) -> None:
@@ -57,7 +99,8 @@ def add_serve_arguments(parser) -> None:
 
 
 def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
-    """Serve until stopped (SIGINT/SIGTERM); return the exit code: 0, or 1 if the index failed to load.
+    """Serve until stopped (SIGTERM/SIGINT drain first, see the module docstring); return the exit
+    code: 0, or 1 if the index failed to load.
 
     The cheap checks (`resolve_index`: files exist, corpus size, encoder fingerprint) run before
     the port is bound; the slow load runs in the app's background thread (`/health` says
@@ -80,7 +123,9 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
         server.should_exit = True
 
     app = create_app(spec.load, settings or ServerSettings(), on_load_failure=stop_on_failure)
-    server = uvicorn.Server(uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level))
+    config = uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
+                            timeout_graceful_shutdown=max(1.0, options.drain_timeout))
+    server = draining_server(config, app.state.service, options.drain_timeout)
     server.run()
     if failed:
         logger.error("the index could not be loaded: %s", failed[0])
