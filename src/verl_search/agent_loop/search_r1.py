@@ -164,6 +164,7 @@ class SearchR1AgentLoop(AgentLoopBase):
             request_id=request_id, prompt_ids=prompt_ids + trajectory.response_ids, sampling_params=params
         )
         trajectory.generate_s += time.perf_counter() - started
+        _track_weight_versions(trajectory.extra_fields, output.extra_fields)
         ids = cut_at_first_stop(list(output.token_ids), self._decode)[:remaining]
         trajectory.append(ids, 1, output.log_probs)
         record = {"generated": self._decode(ids), "generated_tokens": len(ids)}
@@ -193,3 +194,13 @@ class SearchR1AgentLoop(AgentLoopBase):
         trajectory.append(ids, 0)
         record["observation"] = self._decode(ids)
         return True
+
+
+def _track_weight_versions(fields: dict, output_fields: dict) -> None:
+    """Keep the weight versions a trajectory was generated with, as verl's `ToolAgentLoop` does:
+    the first turn's `min_global_steps`, the last turn's `max_global_steps` (verl's LLM client sets
+    both on every output; the v1 trainer reads them from the trajectory to measure staleness)."""
+    if "min_global_steps" not in fields and "min_global_steps" in output_fields:
+        fields["min_global_steps"] = output_fields["min_global_steps"]
+    if output_fields.get("max_global_steps") is not None:
+        fields["max_global_steps"] = output_fields["max_global_steps"]
