@@ -53,5 +53,5 @@ def make_searching_model(base_folder: Path, out: Path, rows: list[dict], protoco
     model.eval()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "fitted.json").write_text(json.dumps({"protocol": protocol, "final_loss": float(loss), "steps": steps}))
+    (out / "fitted.json").write_text(json.dumps({"protocol": protocol, "final_loss": loss.item(), "steps": steps}))
     return out

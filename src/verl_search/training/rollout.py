@@ -111,7 +111,7 @@ class TransformersRolloutServer:
         loaded = await asyncio.to_thread(self.engine.load_weights, named_tensors)
         self.weight_updates += 1
         logger.info("rollout server %d: weight update %d, %d tensors, checksum %.10e", self.replica_rank,
-                       self.weight_updates, loaded, weights_checksum(named_tensors))
+                    self.weight_updates, loaded, weights_checksum(named_tensors))
         return loaded
 
     async def stats(self) -> dict[str, int]:
