@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -159,34 +158,32 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_check_config(args: argparse.Namespace) -> int:
+def _recipe_checks_pass(recipe: str, overrides: list[str], then: str) -> bool:
+    """Run check-config; log each problem and a summary naming what happens `then`."""
     from verl_search.check_config import check_config
 
-    problems = check_config(args.recipe, args.overrides)
+    problems = check_config(recipe, overrides)
     for problem in problems:
         logger.error("%s", problem)
     if problems:
-        logger.error("%s: %d problem(s); fix them before launching", args.recipe, len(problems))
-        return 1
-    logger.info("%s: the config composes and every check passed", args.recipe)
-    return 0
+        logger.error("%s: %d problem(s); %s", recipe, len(problems), then)
+        return False
+    logger.info("%s: the config composes and every check passed", recipe)
+    return True
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    return 0 if _recipe_checks_pass(args.recipe, args.overrides, "fix them before launching") else 1
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     args = _train_flags_among_overrides(args)
-    from verl_search.training.launch import run_training, train_env, train_overrides
+    from verl_search.training.launch import run_training, train_overrides
 
-    overrides = train_overrides(args.overrides, args.cpu)
-    if not args.skip_check:
-        from verl_search.check_config import check_config
-
-        with _environment(train_env(args.cpu, args.retrieval_url)):
-            problems = check_config(args.recipe, overrides)
-        for problem in problems:
-            logger.error("%s", problem)
-        if problems:
-            logger.error("%s: %d problem(s); not training", args.recipe, len(problems))
-            return 1
+    # check-config sets the shipped tool / agent-loop YAML paths itself while it composes
+    if not args.skip_check and not _recipe_checks_pass(args.recipe, train_overrides(args.overrides, args.cpu),
+                                                       "not training"):
+        return 1
     with contextlib.ExitStack() as stack:
         url = args.retrieval_url
         if args.index:
@@ -194,19 +191,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
             url = f"{stack.enter_context(SubprocessServer(['--index', args.index])).url}/retrieve"
         return run_training(args.recipe, args.overrides, cpu=args.cpu, retrieval_url=url)
-
-
-@contextlib.contextmanager
-def _environment(env: dict[str, str]):
-    """Run a block with `os.environ` set to `env`, then restore it."""
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def cmd_download(args: argparse.Namespace) -> int:
