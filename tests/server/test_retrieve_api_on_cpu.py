@@ -46,7 +46,7 @@ def test_defaults_topk_and_blank_query(bm25_server):
         ({"queries": [], "topk": 3}, "queries", "at least 1 item"),  # empty queries
         ({"queries": ["a"], "topk": 0}, "topk", "greater than or equal to 1"),  # topk < 1
         ({"queries": ["a"], "topk": 101}, "topk", "max_topk=100"),  # above the server maximum
-        ({"queries": ["a"] * 513}, "queries", "max_queries=512"),  # too many queries
+        ({"queries": ["a"] * 4097}, "queries", "max_queries=4096"),  # too many queries
         ({"queries": ["x" * 4097]}, "queries", "max_query_chars=4096"),  # a query too long
         ({"queries": "not a list"}, "queries", "valid list"),  # wrong type
         ({"queries": [1, 2]}, "queries", "valid string"),  # wrong element type

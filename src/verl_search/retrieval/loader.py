@@ -63,6 +63,22 @@ class IndexSpec:
     manifest: Manifest | None = None
     use_gpu: bool | None = None
 
+    def fingerprint(self) -> str:
+        """A SHA-256 hex digest naming what this index answers with (the query cache's key part).
+
+        For an index folder: the manifest as written (corpus SHA-256, retriever, encoder
+        fingerprint and settings, faiss factory, BM25 parameters). For Search-R1's layout (no
+        manifest): the faiss file's path, size and mtime, the corpus's, and the encoder's
+        settings and config fingerprint.
+        """
+        if self.manifest is not None:
+            raw = (self.index_path / MANIFEST_NAME).read_bytes()
+        else:
+            parts = [self.index_path, self.corpus_path]
+            raw = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in parts).encode()
+            raw += repr(self.encoder).encode() + encoder_fingerprint(self.encoder.path).encode()
+        return hashlib.sha256(raw).hexdigest()
+
     def load(self) -> Retriever:
         """Load the retriever (slow: reads the index, loads the encoder).
 

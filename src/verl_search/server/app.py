@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse, Response
 
 from verl_search.retrieval.base import Retriever
 from verl_search.server.batcher import MicroBatcher
+from verl_search.server.cache import QueryCache
 from verl_search.server.schemas import HealthResponse, RetrieveRequest, RetrieveResponse, encode_retrieve_response
 from verl_search.server.settings import ServerSettings
 
@@ -58,8 +59,9 @@ class _Service:
     """State of one app: `status` is `loading`, `ready` or `failed`; `draining` once `drain()` was
     called (SIGTERM, see `server.serve`); `in_flight`: `/retrieve` requests being answered."""
 
-    def __init__(self, settings: ServerSettings):
+    def __init__(self, settings: ServerSettings, fingerprint: str = ""):
         self.settings = settings
+        self.cache = QueryCache(settings.cache_mb, fingerprint)
         self.status = "loading"
         self.draining = False
         self.in_flight = 0
@@ -100,7 +102,7 @@ async def _disconnected(receive) -> None:
 
 async def _search_unless_gone(request: Request, batcher: MicroBatcher, queries: list[str], topk: int):
     """The hits of `queries`, or None if the client disconnected first (its job is then dropped
-    by the batcher, unsearched, unless a batch already holds it)."""
+    by the batcher: what is not searched yet never is)."""
     hits = batcher.submit(queries, topk)
     gone = asyncio.ensure_future(_disconnected(request.receive))
     try:
@@ -111,6 +113,22 @@ async def _search_unless_gone(request: Request, batcher: MicroBatcher, queries: 
         return hits.result()
     hits.cancel()
     return None
+
+
+async def _search_with_cache(request: Request, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
+    """Like `_search_unless_gone`, but answer what `cache` holds and search only the misses
+    (then store them). Returns `(hits or None, cache hits in this request)`."""
+    cached = cache.lookup(queries, topk)
+    missing = [i for i, row in enumerate(cached) if row is None]
+    if not missing:
+        return cached, len(queries)
+    found = await _search_unless_gone(request, batcher, [queries[i] for i in missing], topk)
+    if found is None:
+        return None, len(queries) - len(missing)
+    cache.store([queries[i] for i in missing], topk, found)
+    for i, row in zip(missing, found):
+        cached[i] = row
+    return cached, len(queries) - len(missing)
 
 
 def _unprocessable(field: str, message: str) -> HTTPException:
@@ -146,6 +164,7 @@ def create_app(
     retriever: RetrieverSource,
     settings: ServerSettings | None = None,
     on_load_failure: Callable[[BaseException], None] | None = None,
+    fingerprint: str = "",
 ) -> FastAPI:
     """Build the retrieval app.
 
@@ -154,12 +173,13 @@ def create_app(
             background thread at startup, e.g. `IndexSpec.load`).
         settings: limits and batching (default `ServerSettings()`).
         on_load_failure: called with the exception if loading fails (the CLI stops the server).
+        fingerprint: the index fingerprint, part of every query-cache key (`IndexSpec.fingerprint`).
 
     Returns:
         a FastAPI app; serve it with uvicorn.
     """
     settings = settings or ServerSettings()
-    service = _Service(settings)
+    service = _Service(settings, fingerprint)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -196,7 +216,8 @@ def create_app(
 
         The `Server-Timing: retrieve;dur=<ms>` header gives the server's time for the request, from
         its arrival at the app (before the body is read and validated) to the response, so clients
-        can tell their own overhead from the server's.
+        can tell their own overhead from the server's. With the query cache on, a second entry
+        `cache;desc="hits=H misses=M"` says how many of the request's queries it answered.
         """
         topk = settings.default_topk if body.topk is None else body.topk
         if topk > settings.max_topk:
@@ -214,12 +235,17 @@ def create_app(
                 )
         service.in_flight += 1
         try:
-            hits = await _search_unless_gone(request, batcher, list(body.queries), topk)
+            if service.cache.enabled:
+                hits, from_cache = await _search_with_cache(request, batcher, service.cache, list(body.queries), topk)
+            else:
+                hits = await _search_unless_gone(request, batcher, list(body.queries), topk)
         finally:
             service.in_flight -= 1
         if hits is None:  # the client gave up: nobody reads an answer
             return Response(status_code=499)
         timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"
+        if service.cache.enabled:
+            timing += f', cache;desc="hits={from_cache} misses={len(body.queries) - from_cache}"'
         content = encode_retrieve_response(hits, body.return_scores)
         return Response(content, media_type="application/json", headers={"Server-Timing": timing})
 
@@ -231,7 +257,12 @@ def create_app(
         body = HealthResponse(status=status, error=service.error, in_flight=service.in_flight)
         if service.retriever is not None:
             body.retriever, body.num_passages = service.retriever.kind, service.retriever.num_passages
-            body.batches, body.queries = service.batcher.batches, service.batcher.queries
+            batcher = service.batcher
+            body.batches, body.queries, body.duplicates = batcher.batches, batcher.queries, batcher.duplicates
+            body.search_seconds = round(batcher.search_seconds, 3)
+            if service.cache.enabled:
+                for name, value in service.cache.stats().items():
+                    setattr(body, name, value)
         return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)
 
     return app

@@ -1,13 +1,23 @@
 """Cross-request micro-batching: one worker thread owns the retriever.
 
-Every `/retrieve` request becomes a `_Job` on a queue. A single worker thread takes the first job,
-then gathers more (jobs already queued at once, then, under concurrent load, new ones for up to
-`max_wait_ms`) until the batch holds `max_batch_size` queries, and runs them as *one* `retriever.search` call: one encoder
-forward pass and one faiss search for many concurrent single-query tool calls. Because only this
-thread ever touches the retriever, the index is never searched from two threads at once (faiss GPU
-search is not thread safe; Search-R1's server ran it from a thread pool).
+Every `/retrieve` request becomes a `_Job` on a queue. A single worker thread keeps the jobs it
+has taken but not finished, and builds each batch of at most `max_batch_size` queries from them,
+*fairly*: every pending job gets an equal share of the batch (a job needing less than its share
+gives the rest to the others), so a large request (Search-R1's trainer posts 2,560 queries at
+once) is answered in `max_batch_size` slices, and a single-query tool call that arrives
+meanwhile rides in the next slice instead of waiting behind the whole request. A job's answer is
+sent when its last slice is searched.
 
-With micro-batching off, the same worker runs each request alone, in arrival order.
+Each batch is one `retriever.search` call (one encoder forward pass and one faiss search) over its
+*distinct* queries; duplicates within a batch (GRPO's n rollouts of one question often ask the
+same thing) are searched once and counted (`duplicates`). When no job is pending the worker
+blocks; when the previous batch held more than one job it waits up to `max_wait_ms` for more
+before searching (under concurrent load the wait fills the batch; a lone client never pays it).
+Because only this thread touches the retriever, the index is never searched from two threads at
+once (faiss GPU search is not thread safe; Search-R1's server ran it from a thread pool).
+
+With micro-batching off, the same worker runs each request alone and whole, in arrival order (one
+`search` call per request, as Search-R1's server does: the baseline of the benchmark).
 """
 
 from __future__ import annotations
@@ -25,27 +35,69 @@ from verl_search.retrieval.base import Hit, Retriever
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Job:
+    """One request: its queries, `topk`, the future of its hits, and how far the worker got."""
+
     queries: list[str]
     topk: int
     future: Future = field(default_factory=Future)
+    done: int = 0  # queries searched so far (the next slice starts here)
+    hits: list = field(default_factory=list)
+    abandoned: bool = False  # the caller gave up (client disconnected): drop the rest unsearched
+
+    @property
+    def remaining(self) -> int:
+        return len(self.queries) - self.done
 
 
 _STOP = object()
 
 
+def fair_shares(remaining: list[int], capacity: int) -> list[int]:
+    """Split `capacity` batch slots over jobs needing `remaining[i]` queries, max-min fairly.
+
+    Every job gets an equal share; a job that needs less than its share gives the rest to the
+    others. Ties go to the earlier job (arrival order).
+
+    >>> fair_shares([2560, 1, 1], 256)
+    [254, 1, 1]
+    >>> fair_shares([2560, 2560], 256)
+    [128, 128]
+    >>> fair_shares([1] * 3, 2)
+    [1, 1, 0]
+    """
+    shares = [0] * len(remaining)
+    left = capacity
+    active = [i for i, need in enumerate(remaining) if need > 0]
+    while left > 0 and active:
+        share = max(1, left // len(active))
+        for i in list(active):
+            take = min(share, remaining[i] - shares[i], left)
+            shares[i] += take
+            left -= take
+            if shares[i] == remaining[i]:
+                active.remove(i)
+            if left == 0:
+                break
+    return shares
+
+
 class MicroBatcher:
-    """Run `retriever.search` for concurrent requests from one thread, coalescing them.
+    """Run `retriever.search` for concurrent requests from one thread, coalescing and slicing them.
 
     Args:
         retriever: the retriever; only the worker thread calls it.
-        micro_batching: coalesce requests (True) or run each alone (False).
-        max_batch_size: most queries in one `search` call (a larger single request runs alone).
-        max_wait_ms: milliseconds to wait for more requests once the first one is in.
+        micro_batching: coalesce requests and slice large ones (True, default) or run each
+            request alone and whole (False).
+        max_batch_size: most queries in one `search` call (default 256); with micro-batching
+            on, a larger request is answered in slices of at most this many queries.
+        max_wait_ms: milliseconds to wait for more requests once the first one is in (default 2).
 
-    Attributes:
-        batches: `search` calls made so far; `queries`: queries answered so far.
+    Attributes (read by `/health`):
+        batches: `search` calls made so far; `queries`: queries answered so far (duplicates
+        included); `duplicates`: queries answered from another copy in the same batch;
+        `search_seconds`: seconds spent inside `retriever.search`.
     """
 
     def __init__(self, retriever: Retriever, micro_batching: bool = True, max_batch_size: int = 256, max_wait_ms: float = 2.0):
@@ -55,7 +107,11 @@ class MicroBatcher:
         self.max_wait = max_wait_ms / 1000.0
         self.batches = 0
         self.queries = 0
+        self.duplicates = 0
+        self.search_seconds = 0.0
         self._last_batch_jobs = 0
+        self._pending: list[_Job] = []
+        self._stopping = False
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="retrieval-batcher", daemon=True)
         self._thread.start()
@@ -64,83 +120,96 @@ class MicroBatcher:
         """Queue a request and wait for its hits (`len(queries)` lists of at most `topk`).
 
         Raises:
-            whatever `retriever.search` raised for the batch holding this request.
+            whatever `retriever.search` raised for a batch holding part of this request.
         """
         return await self.submit(queries, topk)
 
     def submit(self, queries: list[str], topk: int) -> asyncio.Future:
         """Queue a request; return an asyncio future of its hits (call from the event loop).
 
-        Cancelling the future drops the request: a job whose future is cancelled before the worker
-        dequeues it is never searched (one check per job, in `_execute`).
+        Cancelling the future drops the request: what the worker has not searched yet is never
+        searched (checked before every slice).
         """
         job = _Job(queries=queries, topk=topk)
         self._queue.put(job)
-        return asyncio.wrap_future(job.future)
+        hits = asyncio.wrap_future(job.future)
+        hits.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
+        return hits
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the jobs already queued (waits up to `timeout` seconds)."""
         self._queue.put(_STOP)
         self._thread.join(timeout)
 
-    def _run(self) -> None:
-        carry = None
+    # -- worker thread ---------------------------------------------------------------------------
+
+    def _take(self, item) -> None:
+        if item is _STOP:
+            self._stopping = True
+        elif item.future.set_running_or_notify_cancel():  # a job cancelled while queued is dropped
+            self._pending.append(item)
+
+    def _drain_queue(self, wait: float) -> None:
+        """Move queued jobs to `_pending`; block when none is pending, or wait up to `wait` seconds
+        for more while the pending queries do not fill a batch."""
+        if not self._pending and not self._stopping:
+            self._take(self._queue.get())
+        deadline = time.monotonic() + wait
         while True:
-            first = carry if carry is not None else self._queue.get()
-            carry = None
-            if first is _STOP:
-                return
-            batch = [first]
-            if self.micro_batching:
-                carry = self._gather(batch)
-            self._execute(batch)
-            if carry is _STOP:
-                return
-
-    def _gather(self, batch: list[_Job]):
-        """Add queued jobs to `batch` up to `max_batch_size` queries; return a job that did not fit.
-
-        Jobs already queued are always taken. Waiting (up to `max_wait`) for jobs not yet queued
-        only happens when the previous batch had more than one job: under concurrent load the
-        wait fills the batch, and a lone client never pays it.
-        """
-        size = len(batch[0].queries)
-        deadline = time.monotonic() + (self.max_wait if self._last_batch_jobs > 1 else 0.0)
-        while size < self.max_batch_size:
             try:
-                job = self._queue.get_nowait()
+                self._take(self._queue.get_nowait())
+                continue
             except queue.Empty:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                try:
-                    job = self._queue.get(timeout=remaining)
-                except queue.Empty:
-                    return None
-            if job is _STOP or size + len(job.queries) > self.max_batch_size:
-                return job
-            batch.append(job)
-            size += len(job.queries)
-        return None
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping or sum(j.remaining for j in self._pending) >= self.max_batch_size:
+                return
+            try:
+                self._take(self._queue.get(timeout=remaining))
+            except queue.Empty:
+                return
 
-    def _execute(self, batch: list[_Job]) -> None:
-        # a job whose caller gave up (future cancelled: client disconnected) is dropped here, unsearched
-        live = [job for job in batch if job.future.set_running_or_notify_cancel()]
-        self._last_batch_jobs = len(live)
-        if not live:
-            return
-        queries = [q for job in live for q in job.queries]
-        topk = max(job.topk for job in live)
+    def _run(self) -> None:
+        while True:
+            if self.micro_batching:
+                self._drain_queue(self.max_wait if self._last_batch_jobs > 1 else 0.0)
+            elif not self._pending and not self._stopping:
+                self._take(self._queue.get())
+            self._pending = [job for job in self._pending if not job.abandoned]
+            if not self._pending:
+                if self._stopping:
+                    return
+                continue
+            if self.micro_batching:
+                shares = fair_shares([job.remaining for job in self._pending], self.max_batch_size)
+                slices = [(job, share) for job, share in zip(self._pending, shares) if share]
+            else:
+                slices = [(self._pending[0], self._pending[0].remaining)]
+            self._execute(slices)
+            self._pending = [job for job in self._pending if job.remaining and not job.future.done()]
+
+    def _execute(self, slices: list[tuple[_Job, int]]) -> None:
+        """Search the next `count` queries of each `(job, count)` in one call; finish done jobs."""
+        self._last_batch_jobs = len(slices)
+        queries = [q for job, count in slices for q in job.queries[job.done : job.done + count]]
+        distinct = list(dict.fromkeys(queries))
+        topk = max(job.topk for job, _ in slices)
+        started = time.perf_counter()
         try:
-            hits = self.retriever.search(queries, topk)
-        except Exception as exc:  # the requests fail; the worker keeps serving
-            logger.exception("retrieval failed for a batch of %d queries", len(queries))
-            for job in live:
+            found = self.retriever.search(distinct, topk)
+        except Exception as exc:  # these requests fail; the worker keeps serving
+            logger.exception("retrieval failed for a batch of %d queries", len(distinct))
+            for job, _ in slices:
                 job.future.set_exception(exc)
             return
+        finally:
+            self.search_seconds += time.perf_counter() - started
+        by_query = dict(zip(distinct, found))
         self.batches += 1
         self.queries += len(queries)
-        start = 0
-        for job in live:
-            job.future.set_result([h[: job.topk] for h in hits[start : start + len(job.queries)]])
-            start += len(job.queries)
+        self.duplicates += len(queries) - len(distinct)
+        for job, count in slices:
+            job.hits.extend(by_query[q][: job.topk] for q in job.queries[job.done : job.done + count])
+            job.done += count
+            if job.remaining == 0:
+                job.future.set_result(job.hits)

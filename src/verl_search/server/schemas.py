@@ -104,7 +104,13 @@ def parse_retrieve_response(body: bytes | str | dict, num_queries: int) -> list[
 
 class HealthResponse(BaseModel):
     """Body of `GET /health`: `status` is `loading`, `ready`, `failed` or `draining` (shutting down
-    after SIGTERM); HTTP 503 unless ready. `in_flight`: `/retrieve` requests being answered now."""
+    after SIGTERM); HTTP 503 unless ready. `in_flight`: `/retrieve` requests being answered now.
+
+    Counters since start: `batches` (retriever calls), `queries` (queries searched, in-batch
+    duplicates included), `duplicates` (queries answered by another copy in the same batch),
+    `search_seconds` (seconds inside the retriever); with the query cache on (`--cache-mb`),
+    `cache_hits`, `cache_misses`, `cache_entries`, `cache_mb` (estimated size, MiB),
+    `cache_evictions` (all `None` when the cache is off)."""
 
     status: str
     retriever: str | None = None
@@ -113,3 +119,10 @@ class HealthResponse(BaseModel):
     batches: int = 0
     queries: int = 0
     in_flight: int = 0
+    duplicates: int = 0
+    search_seconds: float = 0.0
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+    cache_entries: int | None = None
+    cache_mb: float | None = None
+    cache_evictions: int | None = None

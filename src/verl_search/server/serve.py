@@ -122,7 +122,8 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
         failed.append(exc)
         server.should_exit = True
 
-    app = create_app(spec.load, settings or ServerSettings(), on_load_failure=stop_on_failure)
+    app = create_app(spec.load, settings or ServerSettings(), on_load_failure=stop_on_failure,
+                     fingerprint=spec.fingerprint())
     config = uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
                             timeout_graceful_shutdown=max(1.0, options.drain_timeout))
     server = draining_server(config, app.state.service, options.drain_timeout)
