@@ -142,6 +142,8 @@ def main() -> None:
     parser.add_argument("--retriever", choices=["dense", "bm25"], default="dense")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each load level")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra flag for every server (repeatable)")
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=FLAGS",
+                        help='one more server at every level, e.g. "threads1=--encoder-threads 1" (repeatable)')
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install -y wrk")
@@ -166,6 +168,9 @@ def main() -> None:
         "off": (["--no-micro-batching"], LEVELS),
         "cache": (["--cache-mb", "256"], ((256, 1),)),
     }
+    for variant in args.also:
+        name, _, flags = variant.partition("=")
+        servers[name] = (flags.split(), LEVELS)
     results = {}
     for name, (flags, levels) in servers.items():
         with SubprocessServer(["--index", str(index_dir), *flags, *args.serve_arg]) as server:

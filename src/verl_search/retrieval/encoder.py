@@ -62,6 +62,22 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def set_encoder_threads(threads: int) -> None:
+    """Run torch's CPU operators (the encoder's forward pass) on `threads` threads, process-wide.
+
+    `threads` >= 1 (torch's default is one per core). On a small machine the server's event loop
+    shares the cores with the encoder; see `benchmarks/bench_retrieval_server.py --serve-arg`.
+
+    Raises:
+        ValueError: `threads` < 1.
+    """
+    if threads < 1:
+        raise ValueError(f"encoder threads must be >= 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 class SentenceEncoder:
     """Encode queries and passages into float32 vectors, shape `(n, dim)`.
 

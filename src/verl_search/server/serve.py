@@ -41,6 +41,8 @@ class ServeOptions:
         host: bind address (default 127.0.0.1, this machine only); port: TCP port (default 8000).
         cpu: keep the faiss index on the CPU even if GPUs are visible (default: GPUs when present).
         verify_corpus: check the corpus SHA-256 against the manifest (reads the whole corpus).
+        encoder_threads: dense on CPU: torch threads of the query encoder (default: torch's own,
+            one per core); >= 1, else ValueError.
         log_level: uvicorn's log level (default `info`).
     """
 
@@ -53,6 +55,8 @@ class ServeOptions:
     port: int = field(default=8000, metadata={"help": "TCP port"})
     cpu: bool = field(default=False, metadata={"help": "keep the faiss index on the CPU even if GPUs are visible"})
     verify_corpus: bool = field(default=False, metadata={"help": "check the corpus SHA-256 against the manifest"})
+    encoder_threads: int | None = field(default=None, metadata={
+        "help": "dense: torch CPU threads for the query encoder (default: torch's, one per core)"})
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
     drain_timeout: float = field(default=30.0, metadata={
         "help": "seconds to let in-flight requests finish after SIGTERM before exiting"})
@@ -116,6 +120,10 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
 
     spec = resolve_index(options.index, corpus=options.corpus, encoder=options.encoder,
                          verify_corpus=options.verify_corpus, use_gpu=False if options.cpu else None)
+    if options.encoder_threads is not None and spec.kind == "dense":
+        from verl_search.retrieval.encoder import set_encoder_threads
+
+        set_encoder_threads(options.encoder_threads)
     failed: list[BaseException] = []
 
     def stop_on_failure(exc: BaseException) -> None:
