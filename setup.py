@@ -16,6 +16,8 @@ HERE = Path(__file__).parent
 VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "src" / "verl_search" / "__init__.py").read_text(), re.M).group(1)
 # the one verl release we support is declared in src/verl_search/verl_compat.py (its start-up guard checks it)
 VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "src" / "verl_search" / "verl_compat.py").read_text(), re.M).group(1)
+#: the dense retriever's packages, shared by the extras that build on it
+DENSE = ["faiss-cpu", "sentence-transformers"]
 
 setup(
     name="verl-search",
@@ -43,7 +45,10 @@ setup(
         "huggingface_hub",
     ],
     extras_require={
-        "dense": ["faiss-cpu", "sentence-transformers"],
+        "dense": DENSE,
+        # faster CPU query/passage encoders (`--encoder-backend onnx|openvino`); they may pull another torch
+        "onnx": [*DENSE, "sentence-transformers[onnx]"],
+        "openvino": [*DENSE, "sentence-transformers[openvino]"],
         # GPU machines: sglang for rollout, faiss on GPUs (install it instead of faiss-cpu).
         "gpu": ["sglang", "faiss-gpu-cu12", "sentence-transformers"],
         # the verl side; verl is pinned exactly (its agent-loop internals change between releases)

@@ -14,9 +14,12 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
+
 from verl_search.retrieval.base import Hit
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.encoder import SentenceEncoder
+from verl_search.retrieval.manifest import IndexMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -118,3 +121,37 @@ class DenseRetriever:
             ]
         return results
 
+
+
+def verify_backend(index, encoder: SentenceEncoder, corpus: JsonlCorpus, rows: int = 16, min_cosine: float = 0.99) -> float:
+    """Check that `encoder` (e.g. another backend than the index was built with) embeds passages as
+    the index holds them: encode the first `rows` passages and compare with the stored vectors.
+
+    Args:
+        index: a faiss index that stores its vectors (`Flat`, `HNSW`: `reconstruct` works).
+        encoder, corpus: the serving encoder and the index's corpus.
+        rows: passages compared (default 16); min_cosine: lowest accepted cosine (default 0.99).
+
+    Returns:
+        the lowest cosine found.
+
+    Raises:
+        IndexMismatchError: a cosine below `min_cosine`, or an index whose vectors cannot be read
+            back (IVF/PQ compress them): serve with the backend recorded in the manifest.
+    """
+    count = min(rows, int(index.ntotal))
+    try:
+        stored = np.stack([index.reconstruct(i) for i in range(count)])
+    except RuntimeError as exc:
+        raise IndexMismatchError(
+            f"encoder backend {encoder.backend!r} cannot be checked against this index (it does not store "
+            "its vectors); serve it with the backend recorded in its manifest or rebuild it with this one") from exc
+    fresh = encoder.encode_passages([corpus.get(i).contents for i in range(count)])
+    norms = np.linalg.norm(stored, axis=1) * np.linalg.norm(fresh, axis=1)
+    worst = float(np.min(np.sum(stored * fresh, axis=1) / np.maximum(norms, 1e-12)))
+    if worst < min_cosine:
+        raise IndexMismatchError(
+            f"encoder backend {encoder.backend!r} embeds passages unlike the index (lowest cosine {worst:.4f} over "
+            f"{count} passages, need >= {min_cosine}); serve with the manifest's backend or rebuild the index")
+    logger.info("encoder backend %s matches the index (lowest cosine %.5f over %d passages)", encoder.backend, worst, count)
+    return worst

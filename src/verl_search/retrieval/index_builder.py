@@ -59,6 +59,7 @@ class BuildOptions:
         train_size: vectors sampled to train IVF/PQ indexes (ignored for Flat/HNSW).
         query_prefix, passage_prefix: encoder prefixes; `None` = the model family's default.
         max_length: encoder input limit in tokens (default: the model's own).
+        encoder_backend: `"torch"` (default), `"onnx"` or `"openvino"`; see `SentenceEncoder`.
         overwrite: replace an existing output folder.
         seed: random seed for the training sample.
     """
@@ -76,13 +77,16 @@ class BuildOptions:
     passage_prefix: str | None = field(default=None, metadata={
         "help": 'dense: passage prefix (default: "passage: " for e5, else none)'})
     max_length: int | None = field(default=None, metadata={"help": "dense: encoder input limit in tokens"})
+    encoder_backend: Literal["torch", "onnx", "openvino"] = field(default="torch", metadata={
+        "help": "dense: runtime of the encoder (onnx/openvino: CPU, extras [onnx]/[openvino]); recorded in the manifest"})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing output folder"})
     seed: int = field(default=0, metadata={"help": "dense: seed of the IVF/PQ training sample"})
 
 
     def encoder_settings(self) -> EncoderSettings:
         """The encoder part of these options (dense builds)."""
-        return EncoderSettings(self.encoder, self.query_prefix, self.passage_prefix, max_length=self.max_length)
+        return EncoderSettings(self.encoder, self.query_prefix, self.passage_prefix, max_length=self.max_length,
+                               backend=self.encoder_backend)
 
 
 def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, options: BuildOptions) -> Manifest:

@@ -72,7 +72,7 @@ class IndexSpec:
         settings and config fingerprint.
         """
         if self.manifest is not None:
-            raw = (self.index_path / MANIFEST_NAME).read_bytes()
+            raw = (self.index_path / MANIFEST_NAME).read_bytes() + repr(self.encoder).encode()
         else:
             parts = [self.index_path, self.corpus_path]
             raw = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in parts).encode()
@@ -83,7 +83,9 @@ class IndexSpec:
         """Load the retriever (slow: reads the index, loads the encoder).
 
         Raises:
-            ValueError: if the index, encoder and corpus disagree (dimension, number of rows).
+            ValueError: if the index, encoder and corpus disagree (dimension, number of rows), or
+                (IndexMismatchError) the encoder backend is not the one that built the index and
+                its passage embeddings differ from the index's (`verify_backend`).
         """
         offsets = np.load(self.offsets_path, mmap_mode="r") if self.offsets_path else _cached_offsets(self.corpus_path)
         corpus = JsonlCorpus(self.corpus_path, offsets)
@@ -92,12 +94,16 @@ class IndexSpec:
 
             params = self.manifest.bm25 if self.manifest else None
             return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
-        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index
+        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
         from verl_search.retrieval.encoder import SentenceEncoder
 
         encoder = SentenceEncoder.from_settings(self.encoder)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
-        return DenseRetriever(load_faiss_index(faiss_file, use_gpu=self.use_gpu), encoder, corpus)
+        index = load_faiss_index(faiss_file, use_gpu=self.use_gpu)
+        built_with = self.manifest.encoder.backend if self.manifest else "torch"
+        if encoder.backend != built_with:
+            verify_backend(index, encoder, corpus)
+        return DenseRetriever(index, encoder, corpus)
 
 
 def resolve_index(
@@ -108,6 +114,7 @@ def resolve_index(
     use_gpu: bool | None = None,
     query_prefix: str | None = None,
     passage_prefix: str | None = None,
+    encoder_backend: str | None = None,
 ) -> IndexSpec:
     """Check an index and what it will be served with; return an `IndexSpec` to load it.
 
@@ -119,6 +126,9 @@ def resolve_index(
         use_gpu: see `load_faiss_index`.
         query_prefix, passage_prefix: override the encoder prefixes (Search-R1 layout only;
             default: e5 prefixes for an e5 folder).
+        encoder_backend: run the query encoder on this backend (`torch`, `onnx`, `openvino`);
+            default: the manifest's (`torch` for the Search-R1 layout). Another backend than the
+            index's is checked against its stored vectors when it loads (`verify_backend`).
 
     Raises:
         FileNotFoundError: a path does not exist, or the folder is not a finished index.
@@ -128,7 +138,8 @@ def resolve_index(
     if not index_path.exists():
         raise FileNotFoundError(f"index {index_path} does not exist; build one with `verl-search index build`")
     if index_path.is_file():
-        return _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix)
+        return _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix,
+                                   encoder_backend or "torch")
 
     manifest = Manifest.read(index_path)
     corpus_path = Path(corpus or manifest.corpus.path).resolve()
@@ -165,11 +176,12 @@ def resolve_index(
                 f"encoder folder {encoder_path} (recorded in the manifest) does not exist; pass --encoder PATH"
             )
         check_encoder_matches(manifest, encoder_path, built.dim)
-        spec.encoder = EncoderSettings(**{**built.settings_fields(), "path": str(encoder_path)})
+        spec.encoder = EncoderSettings(**{**built.settings_fields(), "path": str(encoder_path),
+                                          "backend": encoder_backend or built.backend})
     return spec
 
 
-def _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix) -> IndexSpec:
+def _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix, backend) -> IndexSpec:
     if corpus is None or encoder is None:
         raise ValueError(
             f"{index_path} is a bare faiss file (Search-R1 layout): pass --corpus wiki-18.jsonl and "
@@ -183,7 +195,7 @@ def _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, pass
         kind="dense",
         index_path=index_path,
         corpus_path=corpus_path,
-        encoder=EncoderSettings(str(encoder), query_prefix, passage_prefix),
+        encoder=EncoderSettings(str(encoder), query_prefix, passage_prefix, backend=backend),
         use_gpu=use_gpu,
     )
 

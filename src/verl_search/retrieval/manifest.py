@@ -42,7 +42,9 @@ class EncoderInfo:
     """A dense encoder: its folder, a fingerprint of its config, its output dimension and prefixes.
 
     `fingerprint` is the SHA-256 of the folder's `config.json` (and `modules.json` when it is a
-    sentence-transformers folder), so the same model at another path still matches.
+    sentence-transformers folder), so the same model at another path still matches. `backend`:
+    the runtime that encoded the passages (`torch`, `onnx`, `openvino`; manifests written before it
+    existed read as `torch`).
     """
 
     path: str
@@ -52,11 +54,12 @@ class EncoderInfo:
     passage_prefix: str = ""
     normalize: bool = True
     max_length: int | None = None
+    backend: str = "torch"
 
     def settings_fields(self) -> dict:
-        """The fields an `EncoderSettings` takes (`path`, prefixes, `normalize`, `max_length`)."""
+        """The fields an `EncoderSettings` takes (`path`, prefixes, `normalize`, `max_length`, `backend`)."""
         return {"path": self.path, "query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix,
-                "normalize": self.normalize, "max_length": self.max_length}
+                "normalize": self.normalize, "max_length": self.max_length, "backend": self.backend}
 
 
 @dataclass

@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from verl_search.exits import configure_logging, exit_code
 from verl_search.options import add_arguments, build
@@ -41,6 +42,8 @@ class ServeOptions:
         host: bind address (default 127.0.0.1, this machine only); port: TCP port (default 8000).
         cpu: keep the faiss index on the CPU even if GPUs are visible (default: GPUs when present).
         verify_corpus: check the corpus SHA-256 against the manifest (reads the whole corpus).
+        encoder_backend: dense: the query encoder's runtime (`torch`, `onnx`, `openvino`; default
+            the one recorded in the manifest). Another one is checked when the index loads.
         encoder_threads: dense on CPU: torch threads of the query encoder (default: torch's own,
             one per core); >= 1, else ValueError.
         log_level: uvicorn's log level (default `info`).
@@ -55,6 +58,8 @@ class ServeOptions:
     port: int = field(default=8000, metadata={"help": "TCP port"})
     cpu: bool = field(default=False, metadata={"help": "keep the faiss index on the CPU even if GPUs are visible"})
     verify_corpus: bool = field(default=False, metadata={"help": "check the corpus SHA-256 against the manifest"})
+    encoder_backend: Literal["torch", "onnx", "openvino"] | None = field(default=None, metadata={
+        "help": "dense: query encoder runtime (default: the manifest's); another one is checked against the index"})
     encoder_threads: int | None = field(default=None, metadata={
         "help": "dense: torch CPU threads for the query encoder (default: torch's, one per core)"})
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
@@ -119,7 +124,8 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
     from verl_search.server.app import create_app
 
     spec = resolve_index(options.index, corpus=options.corpus, encoder=options.encoder,
-                         verify_corpus=options.verify_corpus, use_gpu=False if options.cpu else None)
+                         verify_corpus=options.verify_corpus, use_gpu=False if options.cpu else None,
+                         encoder_backend=options.encoder_backend)
     if options.encoder_threads is not None and spec.kind == "dense":
         from verl_search.retrieval.encoder import set_encoder_threads
 
