@@ -198,7 +198,8 @@ def create_app(
     app.add_middleware(_ArrivalTime)
     app.add_exception_handler(RequestValidationError, _validation_error)
 
-    def get_batcher(request: Request) -> MicroBatcher:
+    async def get_batcher(request: Request) -> MicroBatcher:
+        # async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request
         current: _Service = request.app.state.service
         if current.draining:
             raise HTTPException(status_code=503, detail="server is draining (shutting down); retry shortly",
