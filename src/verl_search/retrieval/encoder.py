@@ -142,11 +142,11 @@ class SentenceEncoder:
         folder = Path(path)
         if not folder.is_dir():
             raise FileNotFoundError(f"encoder folder {folder} does not exist; pass a local model folder with --encoder")
+        _require_backend(backend)
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise ImportError('dense retrieval needs sentence-transformers: pip install "verl-search[dense]"') from exc
-        _require_backend(backend)
         default_query, default_passage = default_prefixes(folder)
         self.path = str(folder)
         self.query_prefix = default_query if query_prefix is None else query_prefix
