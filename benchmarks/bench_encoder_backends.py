@@ -27,7 +27,7 @@ from pathlib import Path
 
 from verl_search.eval.retrieval_quality import gold_title_recall, load_qa_with_titles
 from verl_search.retrieval.dense import verify_backend
-from verl_search.retrieval.encoder import BACKENDS
+from verl_search.retrieval.encoder import BACKENDS, set_encoder_threads
 from verl_search.retrieval.loader import resolve_index
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -59,7 +59,10 @@ def main() -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--batch", type=int, default=256, help="queries per encoder call (the server's max_batch_size)")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's); OpenVINO/ONNX keep their own")
     args = parser.parse_args()
+    if args.threads is not None:
+        set_encoder_threads(args.threads)
 
     rows = load_qa_with_titles(args.qa)
     questions = [row["question"] for row in rows]

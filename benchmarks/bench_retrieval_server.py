@@ -1,7 +1,8 @@
 """Load benchmark of the retrieval server with `wrk` (prints numbers; not a test).
 
-Starts the real server (`python -m verl_search.server`, a child process) on the mini corpus and
-drives it with `wrk` (Debian's package: one thread, C, a few % of one core at 256 connections;
+Starts the real servers (`python -m verl_search.server`, child processes, all up at once; they take
+turns at each level, so load from elsewhere that drifts during the run hits them alike) on the mini
+corpus and drives them with `wrk` (Debian's package: one thread, C, a few % of one core at 256 connections;
 its CPU seconds are printed per level) through a Lua script that cycles through request bodies
 made of the real questions of `mini_wiki/qa.jsonl`. Levels (clients x queries per request):
 1x1, 16x1, 256x1 and 4x64, `--seconds` each, for three servers in one run:
@@ -171,14 +172,23 @@ def main() -> None:
     for variant in args.also:
         name, _, flags = variant.partition("=")
         servers[name] = (flags.split(), LEVELS)
-    results = {}
-    for name, (flags, levels) in servers.items():
-        with SubprocessServer(["--index", str(index_dir), *flags, *args.serve_arg]) as server:
-            run_wrk(server.url, script, bodies[1], 4, 2)  # warm-up
-            results[name] = measure(server, script, bodies, levels, args.seconds)
-            print_table(f"{name}: serve {' '.join(flags + args.serve_arg) or '(defaults)'}",
-                        results[name], peak_rss_mb(server.process.pid))
-            sys.stdout.flush()
+    started = {}
+    try:
+        for name, (flags, _) in servers.items():  # all up at once, idle while another is measured
+            started[name] = SubprocessServer(["--index", str(index_dir), *args.serve_arg, *flags]).start()  # a variant overrides
+            run_wrk(started[name].url, script, bodies[1], 4, 2)  # warm-up
+        results = {name: [] for name in servers}
+        for level in LEVELS:  # the servers take turns at each level, so drifting load hits them alike
+            for name, (_, levels) in servers.items():
+                if level in levels:
+                    results[name] += measure(started[name], script, bodies, [level], args.seconds)
+        for name, (flags, _) in servers.items():
+            print_table(f"{name}: serve {' '.join(args.serve_arg + flags) or '(defaults)'}",
+                        results[name], peak_rss_mb(started[name].process.pid))
+    finally:
+        for server in started.values():
+            server.stop()
+    sys.stdout.flush()
 
     ours = {(r["clients"], r["per"]): r for r in results["batched"]}
     off = {(r["clients"], r["per"]): r for r in results["off"]}
