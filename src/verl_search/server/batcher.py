@@ -131,6 +131,9 @@ class MicroBatcher:
         searched (checked before every slice).
         """
         job = _Job(queries=queries, topk=topk)
+        if not queries:  # nothing to search: a job with no queries would never get a share of a batch
+            job.future.set_result([])
+            return asyncio.wrap_future(job.future)
         self._queue.put(job)
         hits = asyncio.wrap_future(job.future)
         hits.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
