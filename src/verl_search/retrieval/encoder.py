@@ -115,6 +115,9 @@ class SentenceEncoder:
             `backend=`; the model is exported to that runtime on load (seconds to a minute), on
             the CPU. Embeddings differ from torch's by rounding only (cosine > 0.9999 for MiniLM);
             `verify_backend` checks that against an index.
+        threads: CPU threads of the forward pass (default: the runtime's own, one per core):
+            torch's intra-op threads (process-wide, `set_encoder_threads`) or OpenVINO's
+            `INFERENCE_NUM_THREADS`; ignored by ONNX Runtime. Raises ValueError if < 1.
         query_batch_size: queries per forward pass (default 16). Queries are sorted by length
             and encoded in sub-batches of this size: on a CPU, one 256-query pass is about 3x
             slower per query than 16-query passes (padding and cache misses), see
@@ -138,6 +141,7 @@ class SentenceEncoder:
         batch_size: int = 64,
         query_batch_size: int = 16,
         backend: str = "torch",
+        threads: int | None = None,
     ):
         folder = Path(path)
         if not folder.is_dir():
@@ -155,10 +159,14 @@ class SentenceEncoder:
         self.batch_size = batch_size
         self.query_batch_size = query_batch_size
         self.backend = backend
+        if threads is not None and (backend == "torch" or threads < 1):
+            set_encoder_threads(threads)
         if backend == "torch":
             self._model = SentenceTransformer(self.path, device=device or default_device(), local_files_only=True)
         else:
-            self._model = SentenceTransformer(self.path, device="cpu", local_files_only=True, backend=backend)
+            model_kwargs = {"ov_config": {"INFERENCE_NUM_THREADS": str(threads)}} if threads and backend == "openvino" else None
+            self._model = SentenceTransformer(self.path, device="cpu", local_files_only=True, backend=backend,
+                                              model_kwargs=model_kwargs)
         if max_length is not None:
             self._model.max_seq_length = max_length
         self.max_length = self._model.max_seq_length

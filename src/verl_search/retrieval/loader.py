@@ -53,6 +53,8 @@ class IndexSpec:
         encoder: dense only: the encoder's settings.
         manifest: the index's manifest (`None` for the Search-R1 layout).
         use_gpu: `None` = GPUs when faiss sees some (see `load_faiss_index`).
+        encoder_threads: CPU threads of the query encoder (`SentenceEncoder(threads=...)`;
+            default the runtime's own).
     """
 
     kind: str
@@ -62,6 +64,7 @@ class IndexSpec:
     encoder: EncoderSettings | None = None
     manifest: Manifest | None = None
     use_gpu: bool | None = None
+    encoder_threads: int | None = None
 
     def fingerprint(self) -> str:
         """A SHA-256 hex digest naming what this index answers with (the query cache's key part).
@@ -97,7 +100,7 @@ class IndexSpec:
         from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
         from verl_search.retrieval.encoder import SentenceEncoder
 
-        encoder = SentenceEncoder.from_settings(self.encoder)
+        encoder = SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
         index = load_faiss_index(faiss_file, use_gpu=self.use_gpu)
         built_with = self.manifest.encoder.backend if self.manifest else "torch"

@@ -44,8 +44,8 @@ class ServeOptions:
         verify_corpus: check the corpus SHA-256 against the manifest (reads the whole corpus).
         encoder_backend: dense: the query encoder's runtime (`torch`, `onnx`, `openvino`; default
             the one recorded in the manifest). Another one is checked when the index loads.
-        encoder_threads: dense on CPU: torch threads of the query encoder (default: torch's own,
-            one per core); >= 1, else ValueError.
+        encoder_threads: dense on CPU: threads of the query encoder, torch's or OpenVINO's (default:
+            the runtime's own, one per core); >= 1, else ValueError before the port is bound.
         log_level: uvicorn's log level (default `info`).
     """
 
@@ -61,7 +61,7 @@ class ServeOptions:
     encoder_backend: Literal["torch", "onnx", "openvino"] | None = field(default=None, metadata={
         "help": "dense: query encoder runtime (default: the manifest's); another one is checked against the index"})
     encoder_threads: int | None = field(default=None, metadata={
-        "help": "dense: torch CPU threads for the query encoder (default: torch's, one per core)"})
+        "help": "dense: CPU threads of the query encoder, torch or OpenVINO (default: the runtime's, one per core)"})
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
     drain_timeout: float = field(default=30.0, metadata={
         "help": "seconds to let in-flight requests finish after SIGTERM before exiting"})
@@ -126,10 +126,9 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
     spec = resolve_index(options.index, corpus=options.corpus, encoder=options.encoder,
                          verify_corpus=options.verify_corpus, use_gpu=False if options.cpu else None,
                          encoder_backend=options.encoder_backend)
-    if options.encoder_threads is not None and spec.kind == "dense":
-        from verl_search.retrieval.encoder import set_encoder_threads
-
-        set_encoder_threads(options.encoder_threads)
+    if options.encoder_threads is not None and options.encoder_threads < 1:
+        raise ValueError(f"--encoder-threads must be >= 1, got {options.encoder_threads}")
+    spec.encoder_threads = options.encoder_threads
     failed: list[BaseException] = []
 
     def stop_on_failure(exc: BaseException) -> None:
