@@ -64,8 +64,7 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, obs_tokens: int) -> tupl
         return tokenizer.encode(text, add_special_tokens=False)
 
     messages = [dict(m) for m in row["prompt"]]
-    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    prompt = list(prompt["input_ids"] if isinstance(prompt, dict) else prompt)
+    prompt = encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
     question = row["extra_info"]["question"]
     documents = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
     observation, _ = observation_tokens(format_results([question], [documents])[0], encode, obs_tokens)
