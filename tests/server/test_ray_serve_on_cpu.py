@@ -1,0 +1,137 @@
+"""`serve --ray` on a real local Ray instance (CPU): one Serve instance for the module, two apps on it.
+
+- `/bm25`: the BM25 index with 2 replicas: same wire format and validation as the plain server,
+  `/health` lists the replicas, requests spread over both, and a replica killed (`ray.kill`) under
+  64 concurrent tool-client callers costs no failed call (client retries + Serve's restart).
+- `/sharded`: a 3-shard dense (Flat) index: 3 shard deployments + a front that encodes and merges;
+  its hits equal the unsharded index's, scores and ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray import serve  # noqa: E402
+
+from verl_search.retrieval.index_builder import BuildOptions, build_index  # noqa: E402
+from verl_search.server.runner import free_port  # noqa: E402
+from verl_search.server.serve import RayOptions, ServeOptions  # noqa: E402
+from verl_search.server.settings import ServerSettings  # noqa: E402
+from tests.conftest import MINI_CORPUS, MINI_QA  # noqa: E402
+
+QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]
+
+
+@pytest.fixture(scope="module")
+def sharded_index(index_root, dense_index, minilm_path):
+    """The mini dense index split into 3 Flat shards (`index build --shards 3 --from-faiss`)."""
+    out = index_root / "mini_dense_3shards"
+    build_index(MINI_CORPUS, out, BuildOptions(retriever="dense", encoder=minilm_path, shards=3,
+                                               from_faiss=str(dense_index), overwrite=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(bm25_index, sharded_index):
+    """A local Ray instance (4 logical CPUs) with Serve on a free port: BM25 x2 at /bm25, the
+    sharded dense index at /sharded. Yields `{name: base URL}`."""
+    from verl_search.server.ray_serve import deploy
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    port = free_port()
+    try:
+        urls = {
+            "bm25": deploy(ServeOptions(index=str(bm25_index), port=port), ServerSettings(),
+                           RayOptions(ray=True, replicas=2, num_cpus=0.5, app_name="bm25"), route_prefix="/bm25"),
+            "sharded": deploy(ServeOptions(index=str(sharded_index), port=port), ServerSettings(),
+                              RayOptions(ray=True, replicas=1, num_cpus=0.5, app_name="sharded"), route_prefix="/sharded"),
+        }
+        yield urls
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_same_wire_format_validation_and_openapi(cluster, bm25_retriever):
+    url = cluster["bm25"]
+    result = httpx.post(f"{url}/retrieve", json={"queries": ["Lilu mythology", ""], "topk": 3}, timeout=30).json()["result"]
+    expected = bm25_retriever.search(["Lilu mythology"], 3)[0]
+    assert [h["document"]["id"] for h in result[0]] == [h.passage.id for h in expected] and result[1] == []
+    assert result[0][0]["score"] == pytest.approx(expected[0].score)
+    bad = httpx.post(f"{url}/retrieve", json={"queries": ["a"], "top_k": 5}, timeout=30)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "top_k"
+    assert httpx.post(f"{url}/retrieve", json={"queries": ["a"], "topk": 101}, timeout=30).status_code == 422
+    assert "/retrieve" in httpx.get(f"{url}/openapi.json", timeout=30).json()["paths"]
+
+
+def test_health_lists_replicas_and_requests_spread_over_them(cluster):
+    seen = set()
+    for _ in range(30):
+        health = httpx.get(f"{cluster['bm25']}/health", timeout=30)
+        assert health.status_code == 200 and health.json()["status"] == "ready"
+        assert health.json()["replicas"] == {"retriever": 2}
+        seen.add(health.json()["replica"])
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2, seen
+
+
+def test_sharded_index_equals_unsharded_scores_and_ids(cluster, dense_retriever):
+    health = httpx.get(f"{cluster['sharded']}/health", timeout=30).json()
+    assert health["replicas"] == {"retriever": 1, "shard-0": 1, "shard-1": 1, "shard-2": 1}
+    assert health["num_passages"] == dense_retriever.num_passages
+    body = {"queries": QUESTIONS + [""], "topk": 10}
+    result = httpx.post(f"{cluster['sharded']}/retrieve", json=body, timeout=60).json()["result"]
+    expected = dense_retriever.search(QUESTIONS + [""], 10)
+    got = [[(h["document"]["id"], h["score"]) for h in hits] for hits in result]
+    assert got == [[(h.passage.id, h.score) for h in hits] for hits in expected]
+
+
+def test_sharded_in_process_retriever_equals_unsharded(sharded_index, dense_retriever):
+    from verl_search.retrieval.loader import resolve_index
+
+    sharded = resolve_index(sharded_index).load()
+    got = sharded.search(QUESTIONS, 7)
+    expected = dense_retriever.search(QUESTIONS, 7)
+    assert [[(h.passage.id, h.score) for h in q] for q in got] == [[(h.passage.id, h.score) for h in q] for q in expected]
+
+
+def test_killed_replica_costs_no_failed_call(cluster):
+    """64 concurrent SearchTool-client callers for ~6 s; one of the 2 replicas is killed after 1.5 s."""
+    from verl_search.tools.client import SearchClientConfig, search
+
+    url = cluster["bm25"]
+    victim = httpx.get(f"{url}/health", timeout=30).json()["replica"]
+    config = SearchClientConfig(retrieval_service_url=f"{url}/retrieve", max_retries=6, deadline=30, timeout=10)
+
+    async def caller(i: int, stop_at: float, outcomes: list):
+        while time.monotonic() < stop_at:
+            outcomes.append(await search([QUESTIONS[i % len(QUESTIONS)]], config))
+
+    async def load():
+        outcomes: list = []
+        stop_at = time.monotonic() + 6.0
+        callers = asyncio.gather(*[caller(i, stop_at, outcomes) for i in range(64)])
+        await asyncio.sleep(1.5)
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        await callers
+        return outcomes
+
+    outcomes = asyncio.run(load())
+    failed = [o.error for o in outcomes if o.error]
+    assert len(outcomes) > 64 and not failed, failed[:3]
+    with pytest.raises(ValueError):  # the victim really died
+        ray.get_actor(victim, namespace="serve")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # Serve replaces the dead replica
+        health = httpx.get(f"{url}/health", timeout=30).json()
+        if health["replicas"] == {"retriever": 2} and health["replica"] != victim:
+            break
+        time.sleep(1)
+    assert health["replicas"] == {"retriever": 2}
