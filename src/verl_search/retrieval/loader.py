@@ -33,8 +33,8 @@ from verl_search.retrieval.manifest import (
     MANIFEST_NAME,
     OFFSETS_NAME,
     IndexMismatchError,
-    ShardInfo,
     Manifest,
+    ShardInfo,
     check_encoder_matches,
     encoder_fingerprint,
 )
@@ -111,7 +111,7 @@ class IndexSpec:
 
             shards = [self.load_shard(i) for i in range(len(self.shards))]
             return ShardedDenseRetriever(self.load_encoder(), corpus, ShardedDenseRetriever.in_process(shards),
-                                         sum(info.rows for info in self.shards))
+                                         self.shards)
         from verl_search.retrieval.dense import DenseRetriever, load_faiss_index
 
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path

@@ -162,15 +162,20 @@ class ShardedDenseRetriever:
         corpus: passage lookup by (corpus) row.
         search_shards: the fan-out (`SearchShards`): in-process shards (`in_process`) or remote ones
             (Ray Serve handles, `server.ray_serve`).
-        num_passages: rows over all shards (= `len(corpus)`).
+        shards: the manifest's shards; together they must hold every corpus row once.
+
+    Raises:
+        ValueError: the shards do not cover the corpus rows `0..len(corpus)-1` in order.
     """
 
     kind = "dense"
 
-    def __init__(self, encoder: SentenceEncoder, corpus: JsonlCorpus, search_shards: SearchShards, num_passages: int):
-        if num_passages != len(corpus):
+    def __init__(self, encoder: SentenceEncoder, corpus: JsonlCorpus, search_shards: SearchShards,
+                 shards: list[ShardInfo]):
+        num_passages = sum(info.rows for info in shards)
+        if num_passages != len(corpus) or any(a.first_row + a.rows != b.first_row for a, b in zip(shards, shards[1:])):
             raise ValueError(f"the shards hold {num_passages} vectors but corpus {corpus.path} has {len(corpus)} "
-                             "passages; use the corpus the index was built from")
+                             "passages, or they are not consecutive; use the corpus the index was built from")
         self.encoder, self.corpus, self.search_shards = encoder, corpus, search_shards
         self.num_passages = num_passages
 

@@ -80,7 +80,7 @@ class RetrieverReplica:
     def __init__(self, spec: IndexSpec, settings: ServerSettings, *shards):
         if shards:
             retriever = ShardedDenseRetriever(spec.load_encoder(), spec.load_corpus(), remote_shards(list(shards)),
-                                              sum(info.rows for info in spec.shards))
+                                              spec.shards)
         else:
             retriever = spec.load()
         self.retrieval_app = create_app(retriever, settings, health_extras=replicas_up)  # `app` is Serve's

@@ -27,8 +27,8 @@ from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
 
-#: errors that mean a bad path or a mismatched index: one line and exit code 2, no traceback
-EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, KeyError)
+#: errors that mean a bad path, a mismatched index or no Ray cluster at --ray-address: one line and exit code 2
+EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, KeyError, ConnectionError)
 
 
 @dataclass
