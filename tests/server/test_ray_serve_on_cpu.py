@@ -3,8 +3,9 @@
 - `/bm25`: the BM25 index with 2 replicas: same wire format and validation as the plain server,
   `/health` lists the replicas, requests spread over both, and a replica killed (`ray.kill`) under
   64 concurrent tool-client callers costs no failed call (client retries + Serve's restart).
-- `/sharded`: a 3-shard dense (Flat) index: 3 shard deployments + a front that encodes and merges;
+- `/sharded`: a 2-shard dense (Flat) index: 2 shard deployments + a front that encodes and merges;
   its hits equal the unsharded index's, scores and ids.
+- `/`: `serve --ray` run as a command, joining this Ray instance by its address.
 """
 
 from __future__ import annotations
@@ -32,12 +33,45 @@ from tests.conftest import MINI_CORPUS, MINI_QA  # noqa: E402
 QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]
 
 
-def test_cli_serve_ray_waits_for_every_replica_then_stops_on_sigterm(bm25_index):
-    """`python -m verl_search.server --ray` (= `verl-search serve --ray`) on its own local Ray instance.
-    Runs first in this module, before the module's Ray instance starts."""
+@pytest.fixture(scope="module")
+def sharded_index(index_root, dense_index, minilm_path):
+    """The mini dense index split into 2 Flat shards (`index build --shards 2 --from-faiss`)."""
+    out = index_root / "mini_dense_2shards"
+    build_index(MINI_CORPUS, out, BuildOptions(retriever="dense", encoder=minilm_path, shards=2,
+                                               from_faiss=str(dense_index), overwrite=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(bm25_index, sharded_index):
+    """A local Ray instance (4 logical CPUs) with Serve on a free port: BM25 x2 at /bm25, the
+    sharded dense index at /sharded. Yields `{name: base URL, "port": Serve's port, "address": Ray's}`."""
+    from verl_search.server.ray_serve import deploy
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     port = free_port()
+    try:
+        urls = {
+            "bm25": deploy(ServeOptions(index=str(bm25_index), port=port), ServerSettings(),
+                           RayOptions(ray=True, replicas=2, num_cpus=0.5, app_name="bm25"), route_prefix="/bm25"),
+            "sharded": deploy(ServeOptions(index=str(sharded_index), port=port), ServerSettings(),
+                              RayOptions(ray=True, replicas=1, num_cpus=0.5, app_name="sharded"), route_prefix="/sharded"),
+            "port": port,
+            "address": ray.get_runtime_context().gcs_address,
+        }
+        yield urls
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stops_on_sigterm(cluster, bm25_index):
+    """`python -m verl_search.server --ray --ray-address ADDRESS` (= `verl-search serve --ray`) joins the
+    module's running Ray instance, as on a cluster (`--ray-address auto`), and deploys at `/` beside the
+    module's apps; SIGTERM removes its application only."""
+    port = cluster["port"]
     command = [sys.executable, "-m", "verl_search.server", "--index", str(bm25_index), "--port", str(port), "--ray",
-               "--replicas", "2", "--num-cpus", "0.5"]
+               "--ray-address", cluster["address"], "--app-name", "cli", "--replicas", "2", "--num-cpus", "0.5"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
@@ -62,36 +96,7 @@ def test_cli_serve_ray_waits_for_every_replica_then_stops_on_sigterm(bm25_index)
             process.kill()
             raise
     assert returncode == 0
-
-
-@pytest.fixture(scope="module")
-def sharded_index(index_root, dense_index, minilm_path):
-    """The mini dense index split into 3 Flat shards (`index build --shards 3 --from-faiss`)."""
-    out = index_root / "mini_dense_3shards"
-    build_index(MINI_CORPUS, out, BuildOptions(retriever="dense", encoder=minilm_path, shards=3,
-                                               from_faiss=str(dense_index), overwrite=True))
-    return out
-
-
-@pytest.fixture(scope="module")
-def cluster(bm25_index, sharded_index):
-    """A local Ray instance (4 logical CPUs) with Serve on a free port: BM25 x2 at /bm25, the
-    sharded dense index at /sharded. Yields `{name: base URL}`."""
-    from verl_search.server.ray_serve import deploy
-
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    port = free_port()
-    try:
-        urls = {
-            "bm25": deploy(ServeOptions(index=str(bm25_index), port=port), ServerSettings(),
-                           RayOptions(ray=True, replicas=2, num_cpus=0.5, app_name="bm25"), route_prefix="/bm25"),
-            "sharded": deploy(ServeOptions(index=str(sharded_index), port=port), ServerSettings(),
-                              RayOptions(ray=True, replicas=1, num_cpus=0.5, app_name="sharded"), route_prefix="/sharded"),
-        }
-        yield urls
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    assert "cli" not in serve.status().applications and "bm25" in serve.status().applications
 
 
 def test_same_wire_format_validation_and_openapi(cluster, bm25_retriever):
@@ -120,7 +125,7 @@ def test_health_lists_replicas_and_requests_spread_over_them(cluster):
 
 def test_sharded_index_equals_unsharded_scores_and_ids(cluster, dense_retriever):
     health = httpx.get(f"{cluster['sharded']}/health", timeout=30).json()
-    assert health["replicas"] == {"retriever": 1, "shard-0": 1, "shard-1": 1, "shard-2": 1}
+    assert health["replicas"] == {"retriever": 1, "shard-0": 1, "shard-1": 1}
     assert health["num_passages"] == dense_retriever.num_passages
     body = {"queries": QUESTIONS + [""], "topk": 10}
     result = httpx.post(f"{cluster['sharded']}/retrieve", json=body, timeout=60).json()["result"]

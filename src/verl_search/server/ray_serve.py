@@ -16,6 +16,8 @@ A sharded dense index (`index build --shards N`) becomes N shard deployments (ea
 part) plus the front deployment, which encodes each batch once, fans out to the shards through
 Serve handles and merges the top-k (`retrieval.shards.ShardedDenseRetriever`).
 
+The front's calls to the shards prefer shard replicas on its own node too (`remote_shards`).
+
 Faults: a replica that dies is restarted by Serve; requests routed to it fail with a 5xx or a
 reset connection, which `tools.client.search` retries. `GET /health` adds `replicas` (RUNNING
 replicas per deployment), `replica` (the answering replica's actor name) and `node`.
@@ -58,7 +60,11 @@ def replicas_up() -> dict:
 
 def remote_shards(handles: list) -> SearchShards:
     """A `retrieval.shards.SearchShards` fan-out over shard deployments: every shard is asked at
-    once, then the answers are collected (call from a plain thread, e.g. the batch worker)."""
+    once, then the answers are collected (call from a plain thread, e.g. the batch worker). Each
+    handle prefers a shard replica on this node (`_init(_prefer_local_routing=True)`, Ray 2.60's
+    way to set what `options(_prefer_local_routing=...)` did), then any replica."""
+    for handle in handles:
+        handle._init(_prefer_local_routing=True)
 
     def search_shards(vectors, topk):
         responses = [handle.search.remote(vectors, topk) for handle in handles]
