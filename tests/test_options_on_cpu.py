@@ -9,7 +9,7 @@ from verl_search.eval.options import EvalOptions
 from verl_search.options import flag_name, option_fields
 from verl_search.protocol import DEFAULT_TOPK
 from verl_search.retrieval.index_builder import BuildOptions
-from verl_search.server.serve import ServeOptions
+from verl_search.server.serve import RayOptions, ServeOptions
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig
 
@@ -23,7 +23,8 @@ def _flags(*argv):
 
 
 def test_every_option_field_is_a_flag_and_every_flag_a_field():
-    assert _flags("serve") == {flag_name(s) for s in option_fields(ServeOptions) + option_fields(ServerSettings)}
+    assert _flags("serve") == {flag_name(s) for s in option_fields(ServeOptions) + option_fields(ServerSettings)
+                               + option_fields(RayOptions)}
     assert _flags("index") == {flag_name(s) for s in option_fields(BuildOptions)} | {"--corpus", "--out"}
     assert _flags("eval") == {flag_name(s) for s in option_fields(EvalOptions)}
 

@@ -15,6 +15,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "verl": (("verl", "pandas", "omegaconf", "hydra", "aiohttp"),
              "the verl side (SearchTool, agent loop, eval, check-config, train)"),
     "dense": (("faiss", "sentence_transformers"), "dense retrieval (faiss + a sentence encoder)"),
+    "ray": (("ray",), "serve --ray (Ray Serve replicas and index shards)"),
 }
 
 

@@ -94,6 +94,33 @@ def test_transformers_engine_batches_trajectories(tmp_path, tiny_qwen, bm25_serv
     assert engine.requests >= 6 and engine.batches < engine.requests  # concurrent trajectories share forward passes
 
 
+def test_transformers_engine_waits_for_a_steps_requests_before_a_batch(tiny_qwen):
+    """Trajectories reach their next turn milliseconds apart: requests arriving within the gather
+    window share one batch instead of the first running alone (seen in a GRPO step: a batch of 1,
+    then a batch of 15)."""
+    import asyncio
+
+    from transformers import AutoModelForCausalLM
+
+    from verl_search.rollout.engines import GATHER_WINDOW_S, TransformersEngine
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=8)
+    prompt = tokenizer("Who wrote Hamlet?")["input_ids"]
+
+    async def trajectory(delay):
+        await asyncio.sleep(delay)
+        return await engine.generate("r", prompt_ids=prompt, sampling_params={"max_tokens": 4, "temperature": 0})
+
+    async def step():  # 8 trajectories arriving 2 ms apart, all within the window
+        return await asyncio.gather(*(trajectory(i * 0.002) for i in range(8)))
+
+    assert GATHER_WINDOW_S > 7 * 0.002
+    outputs = asyncio.run(step())
+    assert all(0 < len(o.token_ids) <= 4 for o in outputs)
+    assert (engine.requests, engine.batches) == (8, 1)
+
+
 def test_summary_confidence_intervals_on_a_known_case():
     records = [{"data_source": "nq", "em": float(i < 5), "cover_em": 1.0, "f1": 0.5, "num_searches": i % 2,
                 "answered": True, "failed_searches": 0, "generated_tokens": 10} for i in range(10)]

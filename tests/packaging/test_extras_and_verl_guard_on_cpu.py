@@ -31,6 +31,12 @@ def test_verl_command_without_verl_exits_2_naming_the_extra(argv):
     assert "Traceback" not in done.stderr
 
 
+def test_serve_ray_without_ray_exits_2_naming_the_extra():
+    done = _run_cli_without("ray", "serve", "--index", "unused", "--ray")
+    assert done.returncode == 2, done.stderr
+    assert install_line("ray") in done.stderr and "Traceback" not in done.stderr
+
+
 def test_serve_parser_does_not_need_the_verl_side():
     # the retrieval service's CLI must build without pandas / omegaconf / verl
     code = ("import sys\n"

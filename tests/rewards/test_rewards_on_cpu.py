@@ -134,6 +134,9 @@ def test_compute_score_fields_and_search_counts():
     }
     # without the agent loop's counts, searches are counted from the tags
     assert compute_score("nq", GOOD_TAGS, GT)["num_searches"] == 1
+    # the correction message and retrieved text name `<search>` too; they are not the model's searches
+    corrected = "<think>hmm</think>" + INVALID_ACTION_MESSAGE + "<information><search>x</search></information>"
+    assert compute_score("nq", corrected, GT, {"protocol": "search_r1"})["num_searches"] == 0
     assert compute_score("nq", "nothing", GT)["pred"] == ""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -105,23 +106,65 @@ class DenseRetriever:
 
     def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
         """Top-`topk` passages for each query (see `Retriever.search`); inner-product scores."""
-        if topk < 1:
-            raise ValueError(f"topk must be >= 1, got {topk}")
-        results: list[list[Hit]] = [[] for _ in queries]
-        live = [i for i, query in enumerate(queries) if query.strip()]
-        if not live:
-            return results
-        vectors = self.encoder.encode_queries([queries[i] for i in live])
-        scores, rows = self.index.search(vectors, min(topk, self.num_passages))
-        for position, query_index in enumerate(live):
-            results[query_index] = [
-                Hit(passage=self.corpus.get(int(row)), score=float(score))
-                for row, score in zip(rows[position].tolist(), scores[position].tolist())
-                if row >= 0
-            ]
+        return search_encoded(queries, topk, self.encoder.encode_queries,
+                              lambda vectors, k: search_faiss(self.index, vectors, k), self.corpus)
+
+
+def search_faiss(index, vectors: np.ndarray, topk: int, first_row: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """One faiss search of already-encoded query vectors.
+
+    Args:
+        index: a faiss index (inner product) holding corpus rows `first_row .. first_row + ntotal - 1`.
+        vectors: float32 array of shape `(n, d)`.
+        topk: hits wanted per query (>= 1); at most `index.ntotal` come back.
+        first_row: the corpus row of the index's row 0 (an index shard, see `retrieval.shards`).
+
+    Returns:
+        `(scores, rows)`, both of shape `(n, min(topk, ntotal))`: float32 inner products, best first,
+        and int64 corpus rows (`-1` where faiss found fewer hits).
+    """
+    scores, rows = index.search(np.ascontiguousarray(vectors, dtype=np.float32), max(1, min(topk, int(index.ntotal))))
+    rows = np.where(rows >= 0, rows + first_row, -1)
+    return scores, rows
+
+
+def search_encoded(
+    queries: list[str],
+    topk: int,
+    encode: Callable[[list[str]], np.ndarray],
+    search_vectors: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]],
+    corpus: JsonlCorpus,
+) -> list[list[Hit]]:
+    """Dense search of a batch: encode the non-blank queries once, search, look the rows up.
+
+    Args:
+        queries: the batch; a blank query gets `[]` and is not encoded.
+        topk: passages per query (>= 1).
+        encode: queries -> float32 vectors of shape `(n, d)` (`SentenceEncoder.encode_queries`).
+        search_vectors: `(vectors, topk) -> (scores, rows)` as `search_faiss` returns them (one
+            index, or several shards merged).
+        corpus: passage lookup by row.
+
+    Returns:
+        `len(queries)` lists of at most `topk` hits, best first.
+
+    Raises:
+        ValueError: if `topk < 1`.
+    """
+    if topk < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
+    results: list[list[Hit]] = [[] for _ in queries]
+    live = [i for i, query in enumerate(queries) if query.strip()]
+    if not live:
         return results
-
-
+    scores, rows = search_vectors(encode([queries[i] for i in live]), topk)
+    for position, query_index in enumerate(live):
+        results[query_index] = [
+            Hit(passage=corpus.get(int(row)), score=float(score))
+            for row, score in zip(rows[position].tolist(), scores[position].tolist())
+            if row >= 0
+        ]
+    return results
 
 def verify_backend(index, encoder: SentenceEncoder, corpus: JsonlCorpus, rows: int = 16, min_cosine: float = 0.99) -> float:
     """Check that `encoder` (e.g. another backend than the index was built with) embeds passages as

@@ -39,6 +39,7 @@ from verl_search.retrieval.manifest import (
     Manifest,
     encoder_fingerprint,
 )
+from verl_search.retrieval.shards import flat_vectors_of, shard_bounds, write_dense_index
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,9 @@ class BuildOptions:
         encoder_backend: `"torch"` (default), `"onnx"` or `"openvino"`; see `SentenceEncoder`.
         overwrite: replace an existing output folder.
         seed: random seed for the training sample.
+        shards: dense only: number of index parts (default 1: one `faiss.index`), see `retrieval.shards`.
+        from_faiss: dense only: a flat faiss file (or an index folder holding `faiss.index`) whose
+            vectors are split into `shards` parts instead of encoding the corpus again.
     """
 
     retriever: Literal["bm25", "dense"] = field(default="bm25", metadata={"help": "index kind"})
@@ -81,6 +85,10 @@ class BuildOptions:
         "help": "dense: runtime of the encoder (onnx/openvino: CPU, extras [onnx]/[openvino]); recorded in the manifest"})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing output folder"})
     seed: int = field(default=0, metadata={"help": "dense: seed of the IVF/PQ training sample"})
+    shards: int = field(default=1, metadata={
+        "help": "dense: split the rows evenly into this many faiss files (one manifest); serve --ray runs one deployment each"})
+    from_faiss: str | None = field(default=None, metadata={
+        "help": "dense: shard this existing flat faiss file (or index folder) instead of encoding the corpus"})
 
 
     def encoder_settings(self) -> EncoderSettings:
@@ -104,6 +112,8 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
         raise ValueError(f"retriever must be 'bm25' or 'dense', got {options.retriever!r}")
     if options.retriever == "dense" and not options.encoder:
         raise ValueError("a dense index needs --encoder PATH (a sentence-transformers or Hugging Face folder)")
+    if options.retriever == "bm25" and (options.shards != 1 or options.from_faiss):
+        raise ValueError("--shards and --from-faiss apply to dense indexes only (pass --retriever dense)")
     if not corpus_path.is_file():
         raise FileNotFoundError(f"corpus {corpus_path} does not exist")
     if out_dir.exists() and not options.overwrite:
@@ -147,10 +157,32 @@ def _out_of_room(exc: BaseException) -> bool:
 
 
 def _build_dense(corpus_path: Path, corpus: CorpusInfo, folder: Path, options: BuildOptions) -> Manifest:
-    """Encode the corpus into `folder`'s faiss index; return the finished manifest (not yet written)."""
-    num_passages = corpus.num_passages
-    faiss = require_faiss()
+    """Write `folder`'s faiss index (or shards); return the finished manifest (not yet written)."""
     encoder = SentenceEncoder.from_settings(options.encoder_settings(), batch_size=options.batch_size)
+    if options.from_faiss:
+        source = Path(options.from_faiss)
+        empty, vectors_of = flat_vectors_of(source / FAISS_NAME if source.is_dir() else source,
+                                            corpus.num_passages, encoder.dim)
+        shards = write_dense_index(empty, vectors_of, corpus.num_passages, options.shards, folder, options.chunk_size)
+        factory = "Flat"
+    else:
+        shards = _encode_and_index(corpus_path, corpus.num_passages, encoder, folder, options)
+        factory = options.faiss_factory
+    return Manifest(
+        retriever="dense",
+        corpus=corpus,
+        encoder=EncoderInfo(**{**asdict(encoder.settings()), "path": str(Path(options.encoder).resolve())},
+                            fingerprint=encoder_fingerprint(options.encoder), dim=encoder.dim),
+        faiss_factory=factory,
+        shards=shards,
+    )
+
+
+def _encode_and_index(corpus_path: Path, num_passages: int, encoder: SentenceEncoder, folder: Path,
+                      options: BuildOptions):
+    """Encode the corpus chunk by chunk to disk, train faiss, write the index or its shards."""
+    faiss = require_faiss()
+    shard_bounds(num_passages, options.shards)  # a bad --shards fails before the encoding
     embeddings_path = folder / EMBEDDINGS_NAME
     embeddings = np.lib.format.open_memmap(embeddings_path, mode="w+", dtype=np.float32, shape=(num_passages, encoder.dim))
     chunk: list[str] = []
@@ -171,18 +203,11 @@ def _build_dense(corpus_path: Path, corpus: CorpusInfo, folder: Path, options: B
         sample_rows = np.sort(rng.choice(num_passages, size=min(num_passages, options.train_size), replace=False))
         logger.info("training faiss %s on %d vectors", options.faiss_factory, len(sample_rows))
         index.train(np.ascontiguousarray(embeddings[sample_rows]))
-    for start in tqdm(range(0, num_passages, options.chunk_size), unit="chunk", desc="adding to faiss"):
-        index.add(np.ascontiguousarray(embeddings[start : start + options.chunk_size]))
-    faiss.write_index(index, str(folder / FAISS_NAME))
+    shards = write_dense_index(index, lambda start, stop: embeddings[start:stop], num_passages, options.shards,
+                               folder, options.chunk_size)
     del embeddings
     embeddings_path.unlink()
-    return Manifest(
-        retriever="dense",
-        corpus=corpus,
-        encoder=EncoderInfo(**{**asdict(encoder.settings()), "path": str(Path(options.encoder).resolve())},
-                            fingerprint=encoder_fingerprint(options.encoder), dim=encoder.dim),
-        faiss_factory=options.faiss_factory,
-    )
+    return shards
 
 
 def _write_chunk(embeddings: np.ndarray, start: int, vectors: np.ndarray, progress: tqdm) -> int:

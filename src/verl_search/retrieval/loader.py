@@ -34,6 +34,7 @@ from verl_search.retrieval.manifest import (
     OFFSETS_NAME,
     IndexMismatchError,
     Manifest,
+    ShardInfo,
     check_encoder_matches,
     encoder_fingerprint,
 )
@@ -82,25 +83,59 @@ class IndexSpec:
             raw += repr(self.encoder).encode() + encoder_fingerprint(self.encoder.path).encode()
         return hashlib.sha256(raw).hexdigest()
 
+    @property
+    def shards(self) -> list[ShardInfo]:
+        """The index's shards (`[]` unless built with `index build --shards N`)."""
+        return list(self.manifest.shards or []) if self.manifest else []
+
+    def load_corpus(self) -> JsonlCorpus:
+        """The corpus with its offset table (memory-mapped)."""
+        offsets = np.load(self.offsets_path, mmap_mode="r") if self.offsets_path else _cached_offsets(self.corpus_path)
+        return JsonlCorpus(self.corpus_path, offsets)
+
+    def load_encoder(self):
+        """The dense query encoder (`SentenceEncoder`; slow: loads the model)."""
+        from verl_search.retrieval.encoder import SentenceEncoder
+
+        return SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads)
+
+    def load_shard(self, shard: int):
+        """Shard `shard` of a sharded dense index, as a `retrieval.shards.ShardIndex` (faiss on the GPUs
+        when there are some, see `load_faiss_index`).
+
+        Raises:
+            IndexError: the index has no such shard.
+        """
+        from verl_search.retrieval.dense import load_faiss_index
+        from verl_search.retrieval.shards import ShardIndex
+
+        info = self.shards[shard]
+        return ShardIndex(load_faiss_index(self.index_path / info.file, use_gpu=self.use_gpu), info)
+
     def load(self) -> Retriever:
-        """Load the retriever (slow: reads the index, loads the encoder).
+        """Load the retriever (slow: reads the index, loads the encoder); a sharded index loads
+        every shard into this process (`ShardedDenseRetriever`).
 
         Raises:
             ValueError: if the index, encoder and corpus disagree (dimension, number of rows), or
                 (IndexMismatchError) the encoder backend is not the one that built the index and
                 its passage embeddings differ from the index's (`verify_backend`).
         """
-        offsets = np.load(self.offsets_path, mmap_mode="r") if self.offsets_path else _cached_offsets(self.corpus_path)
-        corpus = JsonlCorpus(self.corpus_path, offsets)
+        corpus = self.load_corpus()
         if self.kind == "bm25":
             from verl_search.retrieval.bm25 import BM25Retriever
 
             params = self.manifest.bm25 if self.manifest else None
             return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
-        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
-        from verl_search.retrieval.encoder import SentenceEncoder
+        if self.shards:
+            from verl_search.retrieval.shards import ShardedDenseRetriever
 
-        encoder = SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads)
+            shards = [self.load_shard(i) for i in range(len(self.shards))]
+            return ShardedDenseRetriever(self.load_encoder(), corpus, ShardedDenseRetriever.in_process(shards),
+                                         self.shards)
+        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
+
+        encoder = self.load_encoder()
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
         index = load_faiss_index(faiss_file, use_gpu=self.use_gpu)
         built_with = self.manifest.encoder.backend if self.manifest else "torch"
@@ -158,7 +193,8 @@ def resolve_index(
         )
     if verify_corpus and file_sha256(corpus_path) != manifest.corpus.sha256:
         raise IndexMismatchError(f"corpus {corpus_path} has another SHA-256 than the index's corpus; rebuild the index")
-    for name in [OFFSETS_NAME, BM25_DIR if manifest.retriever == "bm25" else FAISS_NAME]:
+    index_files = [BM25_DIR] if manifest.retriever == "bm25" else [s.file for s in manifest.shards or []] or [FAISS_NAME]
+    for name in [OFFSETS_NAME, *index_files]:
         if not (index_path / name).exists():
             raise FileNotFoundError(
                 f"index {index_path} has no {name} (a damaged or incomplete index); rebuild it with `verl-search index build`"

@@ -63,8 +63,19 @@ class EncoderInfo:
 
 
 @dataclass
+class ShardInfo:
+    """One part of a sharded dense index: its faiss `file` (in the index folder) holds corpus rows
+    `first_row .. first_row + rows - 1`."""
+
+    file: str
+    first_row: int
+    rows: int
+
+
+@dataclass
 class Manifest:
-    """Contents of `manifest.json`. `retriever` is `"bm25"` or `"dense"`."""
+    """Contents of `manifest.json`. `retriever` is `"bm25"` or `"dense"`; `shards` lists the parts of
+    a sharded dense index (`index build --shards N`), `None` for one `faiss.index`."""
 
     retriever: Literal["bm25", "dense"]
     corpus: CorpusInfo
@@ -72,6 +83,7 @@ class Manifest:
     faiss_factory: str | None = None
     bm25: dict = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    shards: list[ShardInfo] | None = None
 
     def write(self, folder: str | os.PathLike) -> None:
         """Write `manifest.json` into `folder` (flushed and fsynced)."""
@@ -111,6 +123,7 @@ class Manifest:
                 faiss_factory=raw.get("faiss_factory"),
                 bm25=raw.get("bm25", {}),
                 format_version=raw.get("format_version", FORMAT_VERSION),
+                shards=[ShardInfo(**shard) for shard in raw["shards"]] if raw.get("shards") else None,
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{target} is malformed ({exc}); rebuild the index") from exc

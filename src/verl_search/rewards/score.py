@@ -8,7 +8,8 @@ import numpy as np
 
 from verl_search.protocol import FAILED_SEARCHES, NUM_SEARCHES
 from verl_search.rewards.format import retrieval_has_answer, search_r1_format_ok, tool_call_format_ok
-from verl_search.rewards.qa import count_answers, cover_exact_match, exact_match, extract_answer, f1_score
+from verl_search.rewards.qa import (count_answers, cover_exact_match, exact_match, extract_answer, f1_score,
+                                   strip_retrieved)
 
 PROTOCOLS = ("search_r1", "tool")
 
@@ -104,8 +105,9 @@ def compute_score(
         score -= answer_spam_penalty
 
     searches = extra_info.get(NUM_SEARCHES)
-    if searches is None:
-        searches = solution_str.count("<search>") if protocol == "search_r1" else solution_str.count("<tool_call>")
+    if searches is None:  # counted from what the model wrote: the correction message names `<search>` too
+        written = strip_retrieved(solution_str)
+        searches = written.count("<search>") if protocol == "search_r1" else written.count("<tool_call>")
     return {
         "score": float(score),
         "acc": em,

@@ -28,6 +28,11 @@ from verl_search.agent_loop.protocol import cut_at_first_stop
 
 logger = logging.getLogger(__name__)
 
+#: seconds the engine waits for a step's requests to arrive before it starts a batch that is not full:
+#: trajectories reach their next turn a few milliseconds apart (tokenising, a retrieval call), and a
+#: batch started at the first one runs it alone while the others wait a whole batch for the next
+GATHER_WINDOW_S = 0.05
+
 
 @dataclass
 class _Request:
@@ -54,7 +59,8 @@ def eos_token_ids(model, tokenizer) -> set[int]:
 class TransformersEngine:
     """A transformers causal LM as a verl LLM client, batching concurrent requests.
 
-    Requests that arrive while a batch runs wait for the next one; each batch is one padded
+    Requests that arrive while a batch runs wait for the next one; before a batch that is not
+    full, the engine waits up to `GATHER_WINDOW_S` (0.05 s) for more. Each batch is one padded
     `model.generate` call (left padding, KV cache) run in a worker thread, so the event loop
     keeps serving the agent loops and the retrieval calls meanwhile.
 
@@ -91,8 +97,11 @@ class TransformersEngine:
         return await request.future
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._pending:
-            await asyncio.sleep(0)  # let the other trajectories of this step queue their requests
+            deadline = loop.time() + GATHER_WINDOW_S  # let the other trajectories of this step queue theirs
+            while len(self._pending) < self.max_batch_size and loop.time() < deadline:
+                await asyncio.sleep(0.005)
             batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
             try:
                 outputs = await asyncio.to_thread(self._generate_batch, batch)

@@ -165,6 +165,7 @@ def create_app(
     settings: ServerSettings | None = None,
     on_load_failure: Callable[[BaseException], None] | None = None,
     fingerprint: str = "",
+    health_extras: Callable[[], dict] | None = None,
 ) -> FastAPI:
     """Build the retrieval app.
 
@@ -174,6 +175,9 @@ def create_app(
         settings: limits and batching (default `ServerSettings()`).
         on_load_failure: called with the exception if loading fails (the CLI stops the server).
         fingerprint: the index fingerprint, part of every query-cache key (`IndexSpec.fingerprint`).
+        health_extras: returns fields added to `GET /health` (run in a worker thread; Ray Serve
+            replicas add the replicas up, see `server.ray_serve`); an exception there is logged and
+            the fields are left out.
 
     Returns:
         a FastAPI app; serve it with uvicorn.
@@ -264,6 +268,12 @@ def create_app(
             if service.cache.enabled:
                 for name, value in service.cache.stats().items():
                     setattr(body, name, value)
-        return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)
+        payload = body.model_dump()
+        if health_extras is not None:
+            try:
+                payload.update(await asyncio.to_thread(health_extras))
+            except Exception as exc:  # the service answers whatever the extras' source does
+                logger.warning("health extras failed: %s", exc)
+        return JSONResponse(payload, status_code=200 if status == "ready" else 503)
 
     return app

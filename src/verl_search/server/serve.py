@@ -28,8 +28,8 @@ from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
 
-#: errors that mean a bad path or a mismatched index: one line and exit code 2, no traceback
-EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, KeyError)
+#: errors that mean a bad path, a mismatched index or no Ray cluster at --ray-address: one line and exit code 2
+EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, KeyError, ConnectionError)
 
 
 @dataclass
@@ -65,6 +65,35 @@ class ServeOptions:
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
     drain_timeout: float = field(default=30.0, metadata={
         "help": "seconds to let in-flight requests finish after SIGTERM before exiting"})
+
+
+@dataclass
+class RayOptions:
+    """`serve --ray`: deploy the same app with Ray Serve (`server.ray_serve`; the `[ray]` extra).
+
+    Attributes:
+        ray: deploy with Ray Serve instead of one uvicorn process (default off).
+        ray_address: `local` (default): start a Ray instance on this machine for the length of the
+            command; `auto`: the running cluster (`ray start`, e.g. the one verl trains on); or a
+            `ray://host:port` address.
+        replicas: replicas of the retriever (and of each shard of a sharded index); 0 = one per
+            alive node (with at most one per node). Default 1.
+        num_cpus, num_gpus: Ray resources per replica (fractions allowed: 0.5 GPU shares one with
+            training). Defaults 1 and 0.
+        max_replicas_per_node: at most this many replicas of a deployment per node (default: no limit).
+        app_name: the Serve application's name (default `verl-search`).
+    """
+
+    ray: bool = field(default=False, metadata={"help": "deploy with Ray Serve (needs the [ray] extra)"})
+    ray_address: str = field(default="local", metadata={
+        "help": "local: a new Ray instance on this machine; auto: the running cluster; or ray://HOST:PORT"})
+    replicas: int = field(default=1, metadata={
+        "help": "Ray: replicas of the retriever and of each index shard (0: one per alive node)"})
+    num_cpus: float = field(default=1.0, metadata={"help": "Ray: CPUs per replica (a fraction is fine)"})
+    num_gpus: float = field(default=0.0, metadata={"help": "Ray: GPUs per replica (a fraction shares a GPU)"})
+    max_replicas_per_node: int | None = field(default=None, metadata={
+        "help": "Ray: at most this many replicas of a deployment on one node"})
+    app_name: str = field(default="verl-search", metadata={"help": "Ray: Serve application name"})
 
 
 def draining_server(config, service, drain_timeout: float):
@@ -105,6 +134,7 @@ def add_serve_arguments(parser) -> None:
     """Add the flags of `ServeOptions` and `ServerSettings` to an argparse parser."""
     add_arguments(parser, ServeOptions)
     add_arguments(parser.add_argument_group("limits and batching (ServerSettings)"), ServerSettings)
+    add_arguments(parser.add_argument_group("Ray Serve (RayOptions; pip install \"verl-search[ray]\")"), RayOptions)
 
 
 def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
@@ -148,7 +178,16 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
 
 
 def serve_from_args(args: argparse.Namespace) -> int:
-    """`serve` with the options and settings parsed by a parser that `add_serve_arguments` built."""
+    """`serve` with the options and settings parsed by a parser that `add_serve_arguments` built;
+    `--ray` deploys with Ray Serve (`server.ray_serve.serve_with_ray`)."""
+    ray_options = build(RayOptions, args)
+    if ray_options.ray:
+        from verl_search.extras import require_extra
+
+        require_extra("ray")
+        from verl_search.server.ray_serve import serve_with_ray
+
+        return serve_with_ray(build(ServeOptions, args), build(ServerSettings, args), ray_options)
     return serve(build(ServeOptions, args), build(ServerSettings, args))
 
 

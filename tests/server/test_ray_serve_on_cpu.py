@@ -1,0 +1,179 @@
+"""`serve --ray` on a real local Ray instance (CPU): one Serve instance for the module, two apps on it.
+
+- `/bm25`: the BM25 index with 2 replicas: same wire format and validation as the plain server,
+  `/health` lists the replicas, requests spread over both, and a replica killed (`ray.kill`) under
+  64 concurrent tool-client callers costs no failed call (client retries + Serve's restart).
+- `/sharded`: a 2-shard dense (Flat) index: 2 shard deployments + a front that encodes and merges;
+  its hits equal the unsharded index's, scores and ids.
+- `/`: `serve --ray` run as a command, joining this Ray instance by its address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray import serve  # noqa: E402
+
+from verl_search.retrieval.index_builder import BuildOptions, build_index  # noqa: E402
+from verl_search.server.runner import free_port  # noqa: E402
+from verl_search.server.serve import RayOptions, ServeOptions  # noqa: E402
+from verl_search.server.settings import ServerSettings  # noqa: E402
+from tests.conftest import MINI_CORPUS, MINI_QA  # noqa: E402
+
+QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]
+
+
+@pytest.fixture(scope="module")
+def sharded_index(index_root, dense_index, minilm_path):
+    """The mini dense index split into 2 Flat shards (`index build --shards 2 --from-faiss`)."""
+    out = index_root / "mini_dense_2shards"
+    build_index(MINI_CORPUS, out, BuildOptions(retriever="dense", encoder=minilm_path, shards=2,
+                                               from_faiss=str(dense_index), overwrite=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(bm25_index, sharded_index):
+    """A local Ray instance (4 logical CPUs) with Serve on a free port: BM25 x2 at /bm25, the
+    sharded dense index at /sharded. Yields `{name: base URL, "port": Serve's port, "address": Ray's}`."""
+    from verl_search.server.ray_serve import deploy
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    port = free_port()
+    try:
+        urls = {
+            "bm25": deploy(ServeOptions(index=str(bm25_index), port=port), ServerSettings(),
+                           RayOptions(ray=True, replicas=2, num_cpus=0.5, app_name="bm25"), route_prefix="/bm25"),
+            "sharded": deploy(ServeOptions(index=str(sharded_index), port=port), ServerSettings(),
+                              RayOptions(ray=True, replicas=1, num_cpus=0.5, app_name="sharded"), route_prefix="/sharded"),
+            "port": port,
+            "address": ray.get_runtime_context().gcs_address,
+        }
+        yield urls
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stops_on_sigterm(cluster, bm25_index):
+    """`python -m verl_search.server --ray --ray-address ADDRESS` (= `verl-search serve --ray`) joins the
+    module's running Ray instance, as on a cluster (`--ray-address auto`), and deploys at `/` beside the
+    module's apps; SIGTERM removes its application only."""
+    port = cluster["port"]
+    command = [sys.executable, "-m", "verl_search.server", "--index", str(bm25_index), "--port", str(port), "--ray",
+               "--ray-address", cluster["address"], "--app-name", "cli", "--replicas", "2", "--num-cpus", "0.5"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
+    try:
+        deadline, ready = time.monotonic() + 240, None
+        while ready is None and time.monotonic() < deadline and process.poll() is None:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            ready = line if "ready: " in line else None
+        assert ready and f"http://127.0.0.1:{port}/retrieve" in ready, "serve --ray never said ready"
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()
+        assert health["status"] == "ready" and health["replicas"] == {"retriever": 2}  # both loaded before "ready"
+        response = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Lilu mythology"]}, timeout=30)
+        assert response.status_code == 200 and len(response.json()["result"][0]) == 3
+    finally:
+        process.terminate()
+        try:
+            returncode = process.wait(120)  # removes the app and stops its Ray instance first
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert returncode == 0
+    assert "cli" not in serve.status().applications and "bm25" in serve.status().applications
+
+
+def test_same_wire_format_validation_and_openapi(cluster, bm25_retriever):
+    url = cluster["bm25"]
+    result = httpx.post(f"{url}/retrieve", json={"queries": ["Lilu mythology", ""], "topk": 3}, timeout=30).json()["result"]
+    expected = bm25_retriever.search(["Lilu mythology"], 3)[0]
+    assert [h["document"]["id"] for h in result[0]] == [h.passage.id for h in expected] and result[1] == []
+    assert result[0][0]["score"] == pytest.approx(expected[0].score)
+    bad = httpx.post(f"{url}/retrieve", json={"queries": ["a"], "top_k": 5}, timeout=30)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "top_k"
+    assert httpx.post(f"{url}/retrieve", json={"queries": ["a"], "topk": 101}, timeout=30).status_code == 422
+    assert "/retrieve" in httpx.get(f"{url}/openapi.json", timeout=30).json()["paths"]
+
+
+def test_health_lists_replicas_and_requests_spread_over_them(cluster):
+    seen = set()
+    for _ in range(30):
+        health = httpx.get(f"{cluster['bm25']}/health", timeout=30)
+        assert health.status_code == 200 and health.json()["status"] == "ready"
+        assert health.json()["replicas"] == {"retriever": 2}
+        seen.add(health.json()["replica"])
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2, seen
+
+
+def test_sharded_index_equals_unsharded_scores_and_ids(cluster, dense_retriever):
+    health = httpx.get(f"{cluster['sharded']}/health", timeout=30).json()
+    assert health["replicas"] == {"retriever": 1, "shard-0": 1, "shard-1": 1}
+    assert health["num_passages"] == dense_retriever.num_passages
+    body = {"queries": QUESTIONS + [""], "topk": 10}
+    result = httpx.post(f"{cluster['sharded']}/retrieve", json=body, timeout=60).json()["result"]
+    expected = dense_retriever.search(QUESTIONS + [""], 10)
+    got = [[(h["document"]["id"], h["score"]) for h in hits] for hits in result]
+    assert got == [[(h.passage.id, h.score) for h in hits] for hits in expected]
+
+
+def test_sharded_in_process_retriever_equals_unsharded(sharded_index, dense_retriever):
+    from verl_search.retrieval.loader import resolve_index
+
+    sharded = resolve_index(sharded_index).load()
+    got = sharded.search(QUESTIONS, 7)
+    expected = dense_retriever.search(QUESTIONS, 7)
+    assert [[(h.passage.id, h.score) for h in q] for q in got] == [[(h.passage.id, h.score) for h in q] for q in expected]
+
+
+def test_killed_replica_costs_no_failed_call(cluster):
+    """64 concurrent SearchTool-client callers for ~6 s; one of the 2 replicas is killed after 1.5 s."""
+    from verl_search.tools.client import SearchClientConfig, search
+
+    url = cluster["bm25"]
+    victim = httpx.get(f"{url}/health", timeout=30).json()["replica"]
+    config = SearchClientConfig(retrieval_service_url=f"{url}/retrieve", max_retries=6, deadline=30, timeout=10)
+
+    async def caller(i: int, stop_at: float, outcomes: list):
+        while time.monotonic() < stop_at:
+            outcomes.append(await search([QUESTIONS[i % len(QUESTIONS)]], config))
+
+    async def load():
+        outcomes: list = []
+        stop_at = time.monotonic() + 6.0
+        callers = asyncio.gather(*[caller(i, stop_at, outcomes) for i in range(64)])
+        await asyncio.sleep(1.5)
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        await callers
+        return outcomes
+
+    outcomes = asyncio.run(load())
+    failed = [o.error for o in outcomes if o.error]
+    assert len(outcomes) > 64 and not failed, failed[:3]
+    print(f"{len(outcomes)} calls, {sum(o.attempts > 1 for o in outcomes)} retried, 0 failed")  # shown with -s
+    with pytest.raises(ValueError):  # the victim really died
+        ray.get_actor(victim, namespace="serve")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # Serve replaces the dead replica
+        health = httpx.get(f"{url}/health", timeout=30).json()
+        if health["replicas"] == {"retriever": 2} and health["replica"] != victim:
+            break
+        time.sleep(1)
+    assert health["replicas"] == {"retriever": 2}
