@@ -9,13 +9,21 @@ every answer (the default 256 MiB holds millions of top-3 answers of the mini co
 count is `searches - distinct` whatever the order the rollouts ran in.
 
     python benchmarks/cache_hit_rate.py --trajectories runs/grpo5/trajectories.jsonl --index indexes/mini_bm25
+
+`--rollouts DIR` reads a GRPO training run's rollouts instead: verl's `trainer.rollout_data_dir`
+dumps (`STEP.jsonl`, one line per trajectory with its decoded `output`), every `<search>` the
+policy wrote (the Search-R1 tag protocol), grouped by step.
+
+    python benchmarks/cache_hit_rate.py --rollouts runs/learn/rollouts --index runs/learn/mini_bm25
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import defaultdict
+from pathlib import Path
 
 import httpx
 
@@ -35,17 +43,35 @@ def recorded_searches(path: str) -> list[tuple[str, list[str]]]:
     return calls
 
 
+def rollout_searches(folder: str) -> list[tuple[str, list[str]]]:
+    """`("step N", [query])` of every `<search>` in verl's rollout dumps under `folder`, step by step."""
+    from verl_search.rewards.qa import strip_retrieved
+
+    calls = []
+    for dump in sorted(Path(folder).glob("*.jsonl"), key=lambda p: int(p.stem)):
+        for line in dump.read_text(encoding="utf-8").splitlines():
+            written = strip_retrieved(json.loads(line)["output"])  # retrieved text and fixed messages excluded
+            calls += [(f"step {dump.stem}", [query.strip()]) for query in re.findall(r"<search>(.*?)</search>", written, re.S)]
+    return calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trajectories", required=True, help="trajectories.jsonl of a verl-search eval run")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trajectories", help="trajectories.jsonl of a verl-search eval run")
+    source.add_argument("--rollouts", help="verl's rollout_data_dir of a Search-R1-protocol training run")
     parser.add_argument("--index", required=True, help="index folder to serve")
     parser.add_argument("--topk", type=int, default=3)
     parser.add_argument("--cache-mb", default="256")
     args = parser.parse_args()
 
-    calls = recorded_searches(args.trajectories)
-    with open(args.trajectories, encoding="utf-8") as handle:
-        rollouts = sum(1 for _ in handle)
+    if args.rollouts:
+        calls = rollout_searches(args.rollouts)
+        rollouts = sum(len(p.read_text().splitlines()) for p in Path(args.rollouts).glob("*.jsonl"))
+    else:
+        calls = recorded_searches(args.trajectories)
+        with open(args.trajectories, encoding="utf-8") as handle:
+            rollouts = sum(1 for _ in handle)
     per_source: dict[str, list[str]] = defaultdict(list)
     for source, queries in calls:
         per_source[source].extend(normalise_query(q) for q in queries)
@@ -54,7 +80,7 @@ def main() -> None:
             client.post(f"{server.url}/retrieve", json={"queries": queries, "topk": args.topk}).raise_for_status()
         health = client.get(f"{server.url}/health").json()
     searched = health["cache_hits"] + health["cache_misses"]
-    print(f"# {args.trajectories}: {rollouts} rollouts, {len(calls)} search calls")
+    print(f"# {args.rollouts or args.trajectories}: {rollouts} rollouts, {len(calls)} search calls")
     print(f"queries {searched}, distinct {len(set(q for qs in per_source.values() for q in qs))}, "
           f"cache hits {health['cache_hits']} ({health['cache_hits'] / max(1, searched):.0%} never reached the retriever), "
           f"retriever queries {health['queries']}")
