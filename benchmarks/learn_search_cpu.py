@@ -100,9 +100,9 @@ def curves(dump_dir: Path, metrics_file: Path, out: Path) -> list[dict]:
     timings = []
     for line in metrics_file.read_text().splitlines():
         entry = json.loads(line)
-        timings.append({"step": entry["step"], **{k: round(entry["data"].get(f"timing_s/{k}", 0.0), 1) for k in TIMINGS}})
+        timings.append({"step": entry["step"], **{f"{k}_s": round(entry["data"].get(f"timing_s/{k}", 0.0), 1) for k in TIMINGS}})
     with open(out / "timings.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["step", *TIMINGS])
+        writer = csv.DictWriter(handle, fieldnames=["step", *(f"{k}_s" for k in TIMINGS)])
         writer.writeheader()
         writer.writerows(timings)
     if rows:
