@@ -5,7 +5,7 @@ Search-R1 tag protocol, our agent loop, EM + format reward) on mini-corpus quest
 what the trainer dumped per step, and evaluates the model before and after on held-out questions
 (disjoint from the training questions) with `verl-search eval`.
 
-    python benchmarks/learn_search_cpu.py --steps 60 --minutes 40 --save-freq 4 --out runs/learn
+    python benchmarks/learn_search_cpu.py --steps 60 --minutes 44 --save-freq 2 --lr 2e-5 --out runs/learn
 
 The model first gets a cold start (`cold_start_sft.py`, `--cold-start N` trajectories; 0 skips
 it): SmolLM2-135M never closes a Search-R1 tag on its own, so GRPO from it has no reward signal.
