@@ -166,6 +166,7 @@ def search_encoded(
         ]
     return results
 
+
 def verify_backend(index, encoder: SentenceEncoder, corpus: JsonlCorpus, rows: int = 16, min_cosine: float = 0.99) -> float:
     """Check that `encoder` (e.g. another backend than the index was built with) embeds passages as
     the index holds them: encode the first `rows` passages and compare with the stored vectors.

@@ -88,13 +88,14 @@ class QueryCache:
         found: list[list | None] = []
         with self._lock:
             for query in queries:
-                entry = self._entries.get(self.key(query, topk))
+                key = self.key(query, topk)
+                entry = self._entries.get(key)
                 if entry is None:
                     self.misses += 1
                     found.append(None)
                 else:
                     self.hits += 1
-                    self._entries.move_to_end(self.key(query, topk))
+                    self._entries.move_to_end(key)
                     found.append(entry[0])
         return found
 
