@@ -3,8 +3,8 @@
 Nothing loads on import. The retriever (or a function that loads it) is handed to `create_app`;
 a loader runs in a background thread started by the app's lifespan, so `GET /health` answers
 `loading` (HTTP 503) until the index is in memory and `ready` (200) after, and a trainer that
-waits for `/health` never starts against a half-loaded server. Routes get the micro-batcher
-through `Depends(get_batcher)` (tests may override it).
+waits for `/health` never starts against a half-loaded server. `/retrieve` gets the micro-batcher
+from `app.state.get_batcher` (503 unless ready) and reads its body with `read_retrieve_request`.
 
 Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, and the
 OpenAPI page at `/docs`.
@@ -27,10 +27,11 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Union
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
 
 from verl_search.retrieval.base import Retriever
 from verl_search.server.batcher import MicroBatcher
@@ -105,14 +106,15 @@ async def _search_unless_gone(request: Request, batcher: MicroBatcher, queries: 
     by the batcher: what is not searched yet never is)."""
     hits = batcher.submit(queries, topk)
     gone = asyncio.ensure_future(_disconnected(request.receive))
+    gone.add_done_callback(lambda _: hits.cancel())  # one callback, not asyncio.wait's per-request bookkeeping
     try:
-        await asyncio.wait((hits, gone), return_when=asyncio.FIRST_COMPLETED)
+        return await hits
+    except asyncio.CancelledError:
+        if gone.done() and not gone.cancelled():
+            return None
+        raise  # the handler itself was cancelled (server shutdown)
     finally:
         gone.cancel()
-    if hits.done():
-        return hits.result()
-    hits.cancel()
-    return None
 
 
 async def _search_with_cache(request: Request, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
@@ -129,6 +131,32 @@ async def _search_with_cache(request: Request, batcher: MicroBatcher, cache: Que
     for i, row in zip(missing, found):
         cached[i] = row
     return cached, len(queries) - len(missing)
+
+
+#: the OpenAPI request body of `/retrieve` (the route reads the body itself, see `read_retrieve_request`)
+RETRIEVE_REQUEST_OPENAPI = {"requestBody": {
+    "required": True, "content": {"application/json": {"schema": RetrieveRequest.model_json_schema()}}}}
+
+
+async def read_retrieve_request(request: Request) -> RetrieveRequest:
+    """The body of a `/retrieve` request, validated by pydantic straight from the JSON bytes.
+
+    This is what FastAPI would do with a `body: RetrieveRequest` parameter, in one pydantic-core
+    call instead of `json.loads`, then validation, then the dependency machinery: per request,
+    that is most of the event loop's time at 256 single-query clients (see
+    `benchmarks/bench_retrieval_server.py`), time the encoder threads need on a small machine.
+
+    Raises:
+        RequestValidationError: a 422 shaped like FastAPI's own (`loc` starts with `"body"`),
+            for bad JSON or a body that breaks the `RetrieveRequest` contract.
+    """
+    try:
+        return RetrieveRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        for error in errors:
+            error["loc"] = ("body", *error["loc"])
+        raise RequestValidationError(errors) from None
 
 
 def _unprocessable(field: str, message: str) -> HTTPException:
@@ -202,8 +230,9 @@ def create_app(
     app.add_middleware(_ArrivalTime)
     app.add_exception_handler(RequestValidationError, _validation_error)
 
-    async def get_batcher(request: Request) -> MicroBatcher:
-        # async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request
+    def get_batcher(request: Request) -> MicroBatcher:
+        """The service's batcher; HTTP 503 (+ `Retry-After`) while loading, after a failed load, or
+        when draining."""
         current: _Service = request.app.state.service
         if current.draining:
             raise HTTPException(status_code=503, detail="server is draining (shutting down); retry shortly",
@@ -215,8 +244,8 @@ def create_app(
 
     app.state.get_batcher = get_batcher
 
-    @app.post("/retrieve", response_model=RetrieveResponse)
-    async def retrieve(request: Request, body: RetrieveRequest, batcher: MicroBatcher = Depends(get_batcher)):
+    @app.post("/retrieve", response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI)
+    async def retrieve(request: Request):
         """Top-k passages for each query. Blank queries get an empty list. 422 on bad input.
 
         The `Server-Timing: retrieve;dur=<ms>` header gives the server's time for the request, from
@@ -224,6 +253,8 @@ def create_app(
         can tell their own overhead from the server's. With the query cache on, a second entry
         `cache;desc="hits=H misses=M"` says how many of the request's queries it answered.
         """
+        batcher = get_batcher(request)
+        body = await read_retrieve_request(request)
         topk = settings.default_topk if body.topk is None else body.topk
         if topk > settings.max_topk:
             raise _unprocessable("topk", f"topk is {topk}; this server allows at most max_topk={settings.max_topk}")
