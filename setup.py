@@ -48,9 +48,10 @@ setup(
     ],
     extras_require={
         "dense": DENSE,
-        # faster CPU query/passage encoders (`--encoder-backend onnx|openvino`); they may pull another torch
+        # faster CPU query/passage encoders (`--encoder-backend onnx|openvino|openvino-int8`); they may pull
+        # another torch. openvino-int8 quantises with NNCF on a calibration set that `datasets` loads.
         "onnx": [*DENSE, "sentence-transformers[onnx]"],
-        "openvino": [*DENSE, "sentence-transformers[openvino]"],
+        "openvino": [*DENSE, "sentence-transformers[openvino]", "nncf", "datasets"],
         # GPU machines: sglang for rollout, faiss on GPUs (install it instead of faiss-cpu).
         "gpu": ["sglang", "faiss-gpu-cu12", "sentence-transformers"],
         # the verl side; verl is pinned exactly (its agent-loop internals change between releases)

@@ -1,9 +1,10 @@
-"""Encoder backend selection (`--encoder-backend torch|onnx|openvino`): recorded in the manifest,
+"""Encoder backend selection (`--encoder-backend torch|onnx|openvino|openvino-int8`): recorded in the manifest,
 chosen at serve time, and another backend than the index's is checked against the index's own
 stored vectors. Real MiniLM and the session's real dense index; the ONNX / OpenVINO runs skip when
 their runtime is not installed (they need `[onnx]` / `[openvino]`, which pull another torch)."""
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from verl_search.retrieval.encoder import SentenceEncoder
 from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.loader import resolve_index
 from verl_search.retrieval.manifest import IndexMismatchError, Manifest
+from verl_search.retrieval.quantize import CALIBRATION_PASSAGES, INT8_FILE, calibration_passages
 
 
 def _installed(module: str) -> bool:
@@ -54,3 +56,31 @@ def test_openvino_backend_serves_the_torch_index_with_the_same_hits(dense_index,
     got = retriever.search(queries, 3)
     want = dense_retriever.search(queries, 3)
     assert [[h.passage.id for h in row] for row in got] == [[h.passage.id for h in row] for row in want]
+
+
+def test_int8_calibration_passages_are_spread_over_the_corpus(dense_retriever):
+    corpus = dense_retriever.corpus
+    passages = calibration_passages(corpus, count=4)
+    step = len(corpus) // 4
+    assert passages == [corpus.get(i * step).contents for i in range(4)]  # rows 0, n/4, n/2, 3n/4
+    assert len(calibration_passages(corpus)) == CALIBRATION_PASSAGES
+
+
+_INT8_MODULES = ("openvino", "optimum.intel", "nncf", "datasets")
+
+
+@pytest.mark.skipif(not all(_installed(m) for m in _INT8_MODULES), reason="needs [openvino] (with nncf)")
+def test_int8_backend_is_quantised_once_on_the_corpus_and_serves_the_torch_index(dense_index, dense_retriever, minilm_path,
+                                                                                 tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_SEARCH_CACHE", str(tmp_path))
+    with pytest.raises(ValueError, match="needs calibration passages"):
+        SentenceEncoder(minilm_path, backend="openvino-int8")
+    retriever = resolve_index(dense_index, encoder_backend="openvino-int8").load()  # verified on load
+    (folder,) = (tmp_path / "encoders").iterdir()
+    made = (folder / INT8_FILE).stat().st_mtime_ns
+    resolve_index(dense_index, encoder_backend="openvino-int8").load_encoder()  # a second replica: from the cache
+    assert (folder / INT8_FILE).stat().st_mtime_ns == made and len(list((tmp_path / "encoders").iterdir())) == 1
+    assert not (Path(minilm_path) / INT8_FILE).exists()  # nothing written into the model's own folder
+    queries = ["If Gallu is a demon Lilu is what?", "Who directed Inception?"]
+    got, want = retriever.search(queries, 1), dense_retriever.search(queries, 1)
+    assert [row[0].passage.id for row in got] == [row[0].passage.id for row in want]

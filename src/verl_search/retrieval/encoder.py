@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +20,15 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-#: encoder backends (sentence-transformers' `backend=`) and the modules each needs beyond torch
-BACKENDS: dict[str, tuple[str, ...]] = {"torch": (), "onnx": ("onnxruntime", "optimum"), "openvino": ("openvino", "optimum.intel")}
+#: OpenVINO with int8 weights and activations, quantised on the corpus (`retrieval.quantize`)
+INT8_BACKEND = "openvino-int8"
+#: encoder backends (sentence-transformers' `backend=`, and `INT8_BACKEND`) and the modules each needs beyond torch
+BACKENDS: dict[str, tuple[str, ...]] = {
+    "torch": (),
+    "onnx": ("onnxruntime", "optimum"),
+    "openvino": ("openvino", "optimum.intel"),
+    INT8_BACKEND: ("openvino", "optimum.intel", "nncf", "datasets"),
+}
 
 E5_QUERY_PREFIX = "query: "
 E5_PASSAGE_PREFIX = "passage: "
@@ -49,7 +57,8 @@ class EncoderSettings:
         query_prefix, passage_prefix: `None` = `default_prefixes(path)`.
         normalize: L2-normalise vectors (default True).
         max_length: input limit in tokens (`None`: the model's own).
-        backend: `"torch"` (default), `"onnx"` or `"openvino"` (CPU runtimes; see `BACKENDS`).
+        backend: `"torch"` (default), `"onnx"`, `"openvino"` or `"openvino-int8"` (CPU runtimes;
+            see `BACKENDS`).
     """
 
     path: str
@@ -114,7 +123,9 @@ class SentenceEncoder:
         backend: `"torch"` (default), `"onnx"` (onnxruntime) or `"openvino"`, sentence-transformers'
             `backend=`; the model is exported to that runtime on load (seconds to a minute), on
             the CPU. Embeddings differ from torch's by rounding only (cosine > 0.9999 for MiniLM);
-            `verify_backend` checks that against an index.
+            `verify_backend` checks that against an index. `"openvino-int8"`: OpenVINO with int8
+            weights and activations, quantised once on `calibration` passages and cached
+            (`retrieval.quantize`); cosine about 0.996 against torch's for MiniLM.
         threads: CPU threads of the forward pass (default: the runtime's own, one per core):
             torch's intra-op threads (process-wide, `set_encoder_threads`) or OpenVINO's
             `INFERENCE_NUM_THREADS`; ignored by ONNX Runtime. Raises ValueError if < 1.
@@ -122,12 +133,15 @@ class SentenceEncoder:
             and encoded in sub-batches of this size: on a CPU, one 256-query pass is about 3x
             slower per query than 16-query passes (padding and cache misses), see
             `benchmarks/bench_retrieval_server.py`.
+        calibration: passage texts that calibrate the `"openvino-int8"` quantiser (required there,
+            ignored by the other backends), e.g. `quantize.calibration_passages(corpus)`; the
+            passage prefix is put before them.
 
     Raises:
         FileNotFoundError: if `path` is not a folder.
         ImportError: if sentence-transformers (or the backend's runtime) is missing, with the
             install command.
-        ValueError: an unknown `backend`.
+        ValueError: an unknown `backend`, or `"openvino-int8"` without `calibration`.
     """
 
     def __init__(
@@ -142,6 +156,7 @@ class SentenceEncoder:
         query_batch_size: int = 16,
         backend: str = "torch",
         threads: int | None = None,
+        calibration: Sequence[str] | None = None,
     ):
         folder = Path(path)
         if not folder.is_dir():
@@ -164,9 +179,19 @@ class SentenceEncoder:
         if backend == "torch":
             self._model = SentenceTransformer(self.path, device=device or default_device(), local_files_only=True)
         else:
-            model_kwargs = {"ov_config": {"INFERENCE_NUM_THREADS": str(threads)}} if threads and backend == "openvino" else None
-            self._model = SentenceTransformer(self.path, device="cpu", local_files_only=True, backend=backend,
-                                              model_kwargs=model_kwargs)
+            load_from, runtime, model_kwargs = self.path, backend, {}
+            if backend == INT8_BACKEND:
+                from verl_search.retrieval.quantize import INT8_FILE, int8_openvino_model
+
+                if not calibration:
+                    raise ValueError(f"encoder backend {INT8_BACKEND!r} needs calibration passages (IndexSpec.load "
+                                     "and the index builder pass the corpus's)")
+                load_from, runtime = str(int8_openvino_model(folder, [self.passage_prefix + t for t in calibration])), "openvino"
+                model_kwargs["file_name"] = INT8_FILE
+            if threads and runtime == "openvino":
+                model_kwargs["ov_config"] = {"INFERENCE_NUM_THREADS": str(threads)}
+            self._model = SentenceTransformer(load_from, device="cpu", local_files_only=True, backend=runtime,
+                                              model_kwargs=model_kwargs or None)
         if max_length is not None:
             self._model.max_seq_length = max_length
         self.max_length = self._model.max_seq_length

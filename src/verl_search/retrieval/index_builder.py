@@ -27,9 +27,9 @@ from tqdm.auto import tqdm
 from verl_search.exits import DiskWriteError
 
 from verl_search.retrieval.bm25 import DEFAULT_BM25_PARAMS, build_bm25
-from verl_search.retrieval.corpus import iter_passages, scan_corpus
+from verl_search.retrieval.corpus import JsonlCorpus, iter_passages, scan_corpus
 from verl_search.retrieval.dense import require_faiss
-from verl_search.retrieval.encoder import EncoderSettings, SentenceEncoder
+from verl_search.retrieval.encoder import INT8_BACKEND, EncoderSettings, SentenceEncoder
 from verl_search.retrieval.manifest import (
     BM25_DIR,
     FAISS_NAME,
@@ -39,6 +39,7 @@ from verl_search.retrieval.manifest import (
     Manifest,
     encoder_fingerprint,
 )
+from verl_search.retrieval.quantize import calibration_passages
 from verl_search.retrieval.shards import flat_vectors_of, shard_bounds, write_dense_index
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ class BuildOptions:
         train_size: vectors sampled to train IVF/PQ indexes (ignored for Flat/HNSW).
         query_prefix, passage_prefix: encoder prefixes; `None` = the model family's default.
         max_length: encoder input limit in tokens (default: the model's own).
-        encoder_backend: `"torch"` (default), `"onnx"` or `"openvino"`; see `SentenceEncoder`.
+        encoder_backend: `"torch"` (default), `"onnx"`, `"openvino"` or `"openvino-int8"` (quantised
+            on passages of this corpus, `retrieval.quantize`); see `SentenceEncoder`.
         overwrite: replace an existing output folder.
         seed: random seed for the training sample.
         shards: dense only: number of index parts (default 1: one `faiss.index`), see `retrieval.shards`.
@@ -81,8 +83,9 @@ class BuildOptions:
     passage_prefix: str | None = field(default=None, metadata={
         "help": 'dense: passage prefix (default: "passage: " for e5, else none)'})
     max_length: int | None = field(default=None, metadata={"help": "dense: encoder input limit in tokens"})
-    encoder_backend: Literal["torch", "onnx", "openvino"] = field(default="torch", metadata={
-        "help": "dense: runtime of the encoder (onnx/openvino: CPU, extras [onnx]/[openvino]); recorded in the manifest"})
+    encoder_backend: Literal["torch", "onnx", "openvino", "openvino-int8"] = field(default="torch", metadata={
+        "help": "dense: runtime of the encoder (onnx/openvino: CPU, extras [onnx]/[openvino]; openvino-int8: "
+                "quantised on this corpus); recorded in the manifest"})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing output folder"})
     seed: int = field(default=0, metadata={"help": "dense: seed of the IVF/PQ training sample"})
     shards: int = field(default=1, metadata={
@@ -158,7 +161,9 @@ def _out_of_room(exc: BaseException) -> bool:
 
 def _build_dense(corpus_path: Path, corpus: CorpusInfo, folder: Path, options: BuildOptions) -> Manifest:
     """Write `folder`'s faiss index (or shards); return the finished manifest (not yet written)."""
-    encoder = SentenceEncoder.from_settings(options.encoder_settings(), batch_size=options.batch_size)
+    settings = options.encoder_settings()
+    calibration = calibration_passages(JsonlCorpus(corpus_path)) if settings.backend == INT8_BACKEND else None
+    encoder = SentenceEncoder.from_settings(settings, batch_size=options.batch_size, calibration=calibration)
     if options.from_faiss:
         source = Path(options.from_faiss)
         empty, vectors_of = flat_vectors_of(source / FAISS_NAME if source.is_dir() else source,

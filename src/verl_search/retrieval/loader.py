@@ -93,11 +93,17 @@ class IndexSpec:
         offsets = np.load(self.offsets_path, mmap_mode="r") if self.offsets_path else _cached_offsets(self.corpus_path)
         return JsonlCorpus(self.corpus_path, offsets)
 
-    def load_encoder(self):
-        """The dense query encoder (`SentenceEncoder`; slow: loads the model)."""
-        from verl_search.retrieval.encoder import SentenceEncoder
+    def load_encoder(self, corpus: JsonlCorpus | None = None):
+        """The dense query encoder (`SentenceEncoder`; slow: loads the model). The `openvino-int8`
+        backend is calibrated on passages of `corpus` (default: `load_corpus()`)."""
+        from verl_search.retrieval.encoder import INT8_BACKEND, SentenceEncoder
 
-        return SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads)
+        calibration = None
+        if self.encoder.backend == INT8_BACKEND:
+            from verl_search.retrieval.quantize import calibration_passages
+
+            calibration = calibration_passages(corpus or self.load_corpus())
+        return SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads, calibration=calibration)
 
     def load_shard(self, shard: int):
         """Shard `shard` of a sharded dense index, as a `retrieval.shards.ShardIndex` (faiss on the GPUs
@@ -131,11 +137,11 @@ class IndexSpec:
             from verl_search.retrieval.shards import ShardedDenseRetriever
 
             shards = [self.load_shard(i) for i in range(len(self.shards))]
-            return ShardedDenseRetriever(self.load_encoder(), corpus, ShardedDenseRetriever.in_process(shards),
+            return ShardedDenseRetriever(self.load_encoder(corpus), corpus, ShardedDenseRetriever.in_process(shards),
                                          self.shards)
         from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
 
-        encoder = self.load_encoder()
+        encoder = self.load_encoder(corpus)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
         index = load_faiss_index(faiss_file, use_gpu=self.use_gpu)
         built_with = self.manifest.encoder.backend if self.manifest else "torch"
@@ -164,7 +170,7 @@ def resolve_index(
         use_gpu: see `load_faiss_index`.
         query_prefix, passage_prefix: override the encoder prefixes (Search-R1 layout only;
             default: e5 prefixes for an e5 folder).
-        encoder_backend: run the query encoder on this backend (`torch`, `onnx`, `openvino`);
+        encoder_backend: run the query encoder on this backend (`torch`, `onnx`, `openvino`, `openvino-int8`);
             default: the manifest's (`torch` for the Search-R1 layout). Another backend than the
             index's is checked against its stored vectors when it loads (`verify_backend`).
 

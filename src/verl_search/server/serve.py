@@ -42,7 +42,7 @@ class ServeOptions:
         host: bind address (default 127.0.0.1, this machine only); port: TCP port (default 8000).
         cpu: keep the faiss index on the CPU even if GPUs are visible (default: GPUs when present).
         verify_corpus: check the corpus SHA-256 against the manifest (reads the whole corpus).
-        encoder_backend: dense: the query encoder's runtime (`torch`, `onnx`, `openvino`; default
+        encoder_backend: dense: the query encoder's runtime (`torch`, `onnx`, `openvino`, `openvino-int8`; default
             the one recorded in the manifest). Another one is checked when the index loads.
         encoder_threads: dense on CPU: threads of the query encoder, torch's or OpenVINO's (default:
             the runtime's own, one per core); >= 1, else ValueError before the port is bound.
@@ -58,7 +58,7 @@ class ServeOptions:
     port: int = field(default=8000, metadata={"help": "TCP port"})
     cpu: bool = field(default=False, metadata={"help": "keep the faiss index on the CPU even if GPUs are visible"})
     verify_corpus: bool = field(default=False, metadata={"help": "check the corpus SHA-256 against the manifest"})
-    encoder_backend: Literal["torch", "onnx", "openvino"] | None = field(default=None, metadata={
+    encoder_backend: Literal["torch", "onnx", "openvino", "openvino-int8"] | None = field(default=None, metadata={
         "help": "dense: query encoder runtime (default: the manifest's); another one is checked against the index"})
     encoder_threads: int | None = field(default=None, metadata={
         "help": "dense: CPU threads of the query encoder, torch or OpenVINO (default: the runtime's, one per core)"})
