@@ -1,6 +1,6 @@
 """Query encoder backends on the CPU: retrieval quality and speed (prints numbers; not a test).
 
-For each backend (`torch`, `onnx`, `openvino`; those whose runtime is not importable are skipped
+For each backend (`torch`, `onnx`, `openvino`, `openvino-int8`; those whose runtime is not importable are skipped
 with a line saying so), it serves the torch-built MiniLM index of the mini corpus with that
 backend's query encoder (`resolve_index(..., encoder_backend=...)`, which checks the backend's
 passage embeddings against the index's stored vectors on load) and prints:
@@ -68,11 +68,11 @@ def main() -> None:
     questions = [row["question"] for row in rows]
     print(f"# query encoder backends: {args.index}, {len(rows)} questions, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'backend':>9} {'min cosine':>10} {'hit@5':>6} {'hit@1':>6} {f'q/s at {args.batch}':>11} {'load s':>7}")
+    print(f"{'backend':>13} {'min cosine':>10} {'hit@5':>6} {'hit@1':>6} {f'q/s at {args.batch}':>11} {'load s':>7}")
     for backend in args.backends.split(","):
         missing = [m for m in BACKENDS[backend] if not importable(m)]
         if missing:
-            print(f"{backend:>9} skipped: {', '.join(missing)} not importable")
+            print(f"{backend:>13} skipped: {', '.join(missing)} not importable")
             continue
         started = time.perf_counter()
         retriever = resolve_index(args.index, encoder_backend=backend).load()
@@ -80,7 +80,7 @@ def main() -> None:
         cosine = verify_backend(retriever.index, retriever.encoder, retriever.corpus)
         quality = gold_title_recall(retriever, rows, ks=(1, 5))["all"]
         qps = encoder_qps(retriever.encoder, questions, args.batch, args.seconds)
-        print(f"{backend:>9} {cosine:>10.5f} {100 * quality['hit@5']:>6.1f} {100 * quality['hit@1']:>6.1f} "
+        print(f"{backend:>13} {cosine:>10.5f} {100 * quality['hit@5']:>6.1f} {100 * quality['hit@1']:>6.1f} "
               f"{qps:>11.1f} {load_s:>7.1f}", flush=True)
 
 
