@@ -10,7 +10,7 @@ from verl_search import cli
 from verl_search.retrieval.dense import DenseRetriever
 from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.retrieval.loader import resolve_index
-from verl_search.retrieval.manifest import Manifest
+from verl_search.retrieval.manifest import IndexMismatchError, Manifest
 from verl_search.retrieval.shards import ShardedDenseRetriever, shard_bounds
 
 
@@ -56,3 +56,16 @@ def test_bm25_with_shard_flags_exits_2(flags, tmp_path, caplog):
     argv = ["index", "build", "--corpus", str(MINI_CORPUS), "--out", str(tmp_path / "x"), *flags]
     assert cli.main(argv) == 2
     assert "dense indexes only" in caplog.text and not (tmp_path / "x").exists()
+
+
+def test_a_sharded_index_served_with_another_backend_is_checked_against_shard_0(small_corpus, minilm_path, tmp_path):
+    build_index(small_corpus, tmp_path / "two", BuildOptions(retriever="dense", encoder=minilm_path, shards=2))
+    manifest_path = tmp_path / "two" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["encoder"]["backend"] = "onnx"  # as if built with ONNX Runtime; served below with torch
+    manifest_path.write_text(json.dumps(manifest))
+    assert isinstance(resolve_index(tmp_path / "two", encoder_backend="torch").load(), ShardedDenseRetriever)
+    manifest["encoder"]["max_length"] = 4  # an encoder that embeds the passages unlike the stored vectors
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(IndexMismatchError, match="embeds passages unlike the index"):
+        resolve_index(tmp_path / "two", encoder_backend="torch").load()

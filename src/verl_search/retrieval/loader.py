@@ -133,18 +133,19 @@ class IndexSpec:
 
             params = self.manifest.bm25 if self.manifest else None
             return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
+        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
+
+        encoder = self.load_encoder(corpus)
+        built_with = self.manifest.encoder.backend if self.manifest else "torch"
         if self.shards:
             from verl_search.retrieval.shards import ShardedDenseRetriever
 
             shards = [self.load_shard(i) for i in range(len(self.shards))]
-            return ShardedDenseRetriever(self.load_encoder(corpus), corpus, ShardedDenseRetriever.in_process(shards),
-                                         self.shards)
-        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
-
-        encoder = self.load_encoder(corpus)
+            if encoder.backend != built_with:
+                verify_backend(shards[0].index, encoder, corpus)  # shard 0 holds the first rows
+            return ShardedDenseRetriever(encoder, corpus, ShardedDenseRetriever.in_process(shards), self.shards)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
         index = load_faiss_index(faiss_file, use_gpu=self.use_gpu)
-        built_with = self.manifest.encoder.backend if self.manifest else "torch"
         if encoder.backend != built_with:
             verify_backend(index, encoder, corpus)
         return DenseRetriever(index, encoder, corpus)
