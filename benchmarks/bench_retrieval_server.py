@@ -5,7 +5,9 @@ turns at each level, so load from elsewhere that drifts during the run hits them
 corpus and drives them with `wrk` (Debian's package: one thread, C, a few % of one core at 256 connections;
 its CPU seconds are printed per level) through a Lua script that cycles through request bodies
 made of the real questions of `mini_wiki/qa.jsonl`. Levels (clients x queries per request):
-1x1, 16x1, 256x1 and 4x64, `--seconds` each, for three servers in one run:
+1x1, 16x1, 256x1 and 4x64, `--seconds` each (4x64: `BULK_FACTOR` times that, since 4 requests of 64
+finish together about once a second and a 10-s level would count only ~10 such rounds), for three
+servers in one run:
 
 * `batched`: ours (micro-batching on, cache off);
 * `off`: `--no-micro-batching`: one encoder pass per request, as Search-R1's own server does
@@ -14,7 +16,7 @@ made of the real questions of `mini_wiki/qa.jsonl`. Levels (clients x queries pe
   through the questions every query is a repeat: that row shows the cache's ceiling, not a
   realistic hit rate (see `benchmarks/cache_hit_rate.py` for that).
 
-Per level: queries/s, p50/p90/p99 latency (ms, wrk's), errors (connect/read/write/timeout/non-2xx),
+Per level: queries/s, p50/p90/p99 latency (ms, wrk's), errors (connect/read/write/timeout/non-2xx), requests completed,
 mean queries per retriever call and the share of wall time the batch worker spent searching
 (from `/health`), wrk's CPU seconds; per server: peak RSS (VmHWM). Then the targets of issue 11.
 
@@ -45,6 +47,7 @@ from verl_search.server.runner import SubprocessServer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 LEVELS = ((1, 1), (16, 1), (256, 1), (4, 64))
+BULK_FACTOR = 3  # multi-query levels run this many times `--seconds`
 
 LUA = r"""
 local bodies = {}
@@ -113,7 +116,7 @@ def measure(server: SubprocessServer, script: Path, bodies: dict, levels, second
             "clients": clients, "per": per,
             "qps": result["requests"] * per / (result["duration_us"] / 1e6),
             "p50": result["p50"] / 1000, "p90": result["p90"] / 1000, "p99": result["p99"] / 1000,
-            "errors": result["errors"], "wrk_cpu_s": result["wrk_cpu_s"],
+            "errors": result["errors"], "wrk_cpu_s": result["wrk_cpu_s"], "requests": result["requests"],
             "batch": (after["queries"] - health["queries"]) / batches,
             "busy": (after["search_seconds"] - health["search_seconds"]) / wall,
             "cache_hits": (after.get("cache_hits") or 0) - (health.get("cache_hits") or 0),
@@ -125,13 +128,13 @@ def measure(server: SubprocessServer, script: Path, bodies: dict, levels, second
 def print_table(name: str, rows: list[dict], rss: float) -> None:
     print(f"\n## {name} (server peak RSS {rss:.0f} MiB)")
     print(f"{'load':>8} {'queries/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} "
-          f"{'q/batch':>8} {'busy':>5} {'wrk cpu s':>9}")
+          f"{'requests':>8} {'q/batch':>8} {'busy':>5} {'wrk cpu s':>9}")
     for r in rows:
         extra = ""
         if r["cache_hits"] + r["cache_misses"]:
             extra = f"  cache hits {100 * r['cache_hits'] / (r['cache_hits'] + r['cache_misses']):.0f}%"
         print(f"{r['clients']:>4}x{r['per']:<3} {r['qps']:>10.1f} {r['p50']:>8.1f} {r['p90']:>8.1f} {r['p99']:>8.1f} "
-              f"{r['errors']:>6} {r['batch']:>8.1f} {r['busy']:>5.0%} {r['wrk_cpu_s']:>9.2f}{extra}")
+              f"{r['errors']:>6} {r['requests']:>8} {r['batch']:>8.1f} {r['busy']:>5.0%} {r['wrk_cpu_s']:>9.2f}{extra}")
 
 
 def main() -> None:
@@ -181,7 +184,8 @@ def main() -> None:
         for level in LEVELS:  # the servers take turns at each level, so drifting load hits them alike
             for name, (_, levels) in servers.items():
                 if level in levels:
-                    results[name] += measure(started[name], script, bodies, [level], args.seconds)
+                    seconds = args.seconds * (BULK_FACTOR if level[1] > 1 else 1)
+                    results[name] += measure(started[name], script, bodies, [level], seconds)
         for name, (flags, _) in servers.items():
             print_table(f"{name}: serve {' '.join(args.serve_arg + flags) or '(defaults)'}",
                         results[name], peak_rss_mb(started[name].process.pid))
