@@ -142,9 +142,9 @@ async def read_retrieve_request(request: Request) -> RetrieveRequest:
     """The body of a `/retrieve` request, validated by pydantic straight from the JSON bytes.
 
     This is what FastAPI would do with a `body: RetrieveRequest` parameter, in one pydantic-core
-    call instead of `json.loads`, then validation, then the dependency machinery: per request,
-    that is most of the event loop's time at 256 single-query clients (see
-    `benchmarks/bench_retrieval_server.py`), time the encoder threads need on a small machine.
+    call instead of `json.loads`, then validation, then the dependency machinery: about 15% less
+    server CPU per request (`benchmarks/bench_http_overhead.py`), CPU the encoder threads share on
+    a small machine.
 
     Raises:
         RequestValidationError: a 422 shaped like FastAPI's own (`loc` starts with `"body"`),
