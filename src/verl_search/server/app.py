@@ -156,6 +156,8 @@ async def read_retrieve_request(request: Request) -> RetrieveRequest:
         errors = exc.errors(include_url=False)
         for error in errors:
             error["loc"] = ("body", *error["loc"])
+            if isinstance(error.get("input"), bytes):  # bad JSON echoes the raw body, maybe not UTF-8
+                error["input"] = error["input"].decode("utf-8", "replace")
         raise RequestValidationError(errors) from None
 
 
