@@ -102,7 +102,7 @@ class IndexSpec:
         if self.encoder.backend == INT8_BACKEND:
             from verl_search.retrieval.quantize import calibration_passages
 
-            calibration = calibration_passages(corpus or self.load_corpus())
+            calibration = calibration_passages(corpus if corpus is not None else self.load_corpus())
         return SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads, calibration=calibration)
 
     def load_shard(self, shard: int):
