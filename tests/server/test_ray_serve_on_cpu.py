@@ -130,8 +130,11 @@ def test_sharded_index_equals_unsharded_scores_and_ids(cluster, dense_retriever)
     body = {"queries": QUESTIONS + [""], "topk": 10}
     result = httpx.post(f"{cluster['sharded']}/retrieve", json=body, timeout=60).json()["result"]
     expected = dense_retriever.search(QUESTIONS + [""], 10)
-    got = [[(h["document"]["id"], h["score"]) for h in hits] for hits in result]
-    assert got == [[(h.passage.id, h.score) for h in hits] for hits in expected]
+    assert [[h["document"]["id"] for h in hits] for hits in result] == [[h.passage.id for h in hits] for hits in expected]
+    # scores to float32 precision, not bit for bit: the replica encodes the queries in another process, whose torch
+    # may use another thread count (Ray actors get OMP_NUM_THREADS=1), so GEMMs round differently in the last bit
+    got = [h["score"] for hits in result for h in hits]
+    assert got == pytest.approx([h.score for hits in expected for h in hits], rel=1e-5, abs=1e-6)
 
 
 def test_sharded_in_process_retriever_equals_unsharded(sharded_index, dense_retriever):

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from verl_search.server.app import create_app
-from verl_search.server.runner import ThreadServer
+from verl_search.server.runner import ThreadServer, wait_until_ready
 from verl_search.server.settings import ServerSettings
 
 
@@ -79,10 +79,33 @@ def test_server_keeps_serving_after_bad_input(bm25_server):
 def test_openapi_page_documents_retrieve(bm25_server):
     spec = httpx.get(f"{bm25_server.url}/openapi.json").json()
     assert "/retrieve" in spec["paths"] and "/health" in spec["paths"]
-    # the route reads its body itself (read_retrieve_request); the request schema is still documented
+    # the route reads its body itself (parse_retrieve_request); the request schema is still documented
     body = spec["paths"]["/retrieve"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {"queries", "topk", "return_scores"} <= set(body["properties"])
     assert httpx.get(f"{bm25_server.url}/docs").status_code == 200
+
+
+def test_an_app_mounted_under_a_prefix_answers_through_the_fastapi_route(bm25_retriever):
+    # `POST /retrieve` is answered by the app's own middleware ahead of FastAPI's router; under a prefix the
+    # middleware sees `/search/retrieve` and passes it on, and the documented FastAPI route answers the same
+    from fastapi import FastAPI
+
+    inner = create_app(bm25_retriever)
+    outer = FastAPI(lifespan=lambda _: inner.router.lifespan_context(inner))  # a mount's lifespan is its parent's to run
+    outer.mount("/search", inner)
+    server = ThreadServer(outer)  # the outer app has no /health: start it, then wait for the mounted app's
+    server._thread.start()
+    try:
+        wait_until_ready(f"{server.url}/search", timeout=30)
+        body = {"queries": ["Lilu mythology"], "topk": 2}
+        mounted = httpx.post(f"{server.url}/search/retrieve", json=body, timeout=30)
+        assert mounted.status_code == 200 and mounted.headers["server-timing"].startswith("retrieve;dur=")
+        expected = bm25_retriever.search(["Lilu mythology"], 2)[0]
+        assert [h["document"]["id"] for h in mounted.json()["result"][0]] == [h.passage.id for h in expected]
+        bad = httpx.post(f"{server.url}/search/retrieve", json={"queries": ["a"], "top_k": 2}, timeout=30)
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "top_k"]
+    finally:
+        server.stop()
 
 
 def test_health_says_loading_until_the_index_is_loaded(bm25_retriever):
@@ -105,8 +128,6 @@ def test_health_says_loading_until_the_index_is_loaded(bm25_retriever):
         early = post(server, {"queries": ["Lilu"]})
         assert early.status_code == 503 and "loading" in early.json()["detail"]
         release.set()
-        from verl_search.server.runner import wait_until_ready
-
         body = wait_until_ready(server.url, timeout=30)
         assert body["retriever"] == "bm25" and body["num_passages"] == 9993
     finally:

@@ -3,8 +3,9 @@
 Nothing loads on import. The retriever (or a function that loads it) is handed to `create_app`;
 a loader runs in a background thread started by the app's lifespan, so `GET /health` answers
 `loading` (HTTP 503) until the index is in memory and `ready` (200) after, and a trainer that
-waits for `/health` never starts against a half-loaded server. `/retrieve` gets the micro-batcher
-from `app.state.get_batcher` (503 unless ready) and reads its body with `read_retrieve_request`.
+waits for `/health` never starts against a half-loaded server. `POST /retrieve` is answered by the
+`_RetrieveRoute` middleware (503 unless ready; the body is validated by `parse_retrieve_request`),
+ahead of FastAPI's routing; the FastAPI route runs the same handler and documents it.
 
 Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, and the
 OpenAPI page at `/docs`.
@@ -43,17 +44,32 @@ logger = logging.getLogger(__name__)
 
 RetrieverSource = Union[Retriever, Callable[[], Retriever]]
 ARRIVAL_KEY = "verl_search.arrival"
+RETRIEVE_PATH = "/retrieve"
 
 
-class _ArrivalTime:
-    """ASGI middleware: stamp each HTTP request with `perf_counter()` when it reaches the app."""
+class _RetrieveRoute:
+    """ASGI middleware: answers `POST /retrieve` itself and passes every other request on.
 
-    def __init__(self, app):
+    It sits where user middleware does (inside Starlette's `ServerErrorMiddleware`, so an
+    unexpected exception is still a logged 500) and calls the route's own handler, skipping
+    FastAPI's exception middleware, router, request/response wrappers and endpoint machinery:
+    about half the event loop's CPU per request at 256 single-query clients (py-spy), CPU the
+    encoder's threads share on a small machine. The FastAPI route runs the same handler for a
+    `/retrieve` this does not match (an app mounted under a prefix) and documents it in OpenAPI.
+    Every request is stamped with `perf_counter()` at `ARRIVAL_KEY` (for `Server-Timing`).
+    """
+
+    def __init__(self, app, handler: Callable):
         self.app = app
+        self.handler = handler
 
     async def __call__(self, scope, receive, send):
         scope[ARRIVAL_KEY] = time.perf_counter()
-        await self.app(scope, receive, send)
+        if scope["type"] == "http" and scope["path"] == RETRIEVE_PATH and scope["method"] == "POST":
+            response = await self.handler(scope, receive)
+            await response(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 class _Service:
@@ -101,11 +117,11 @@ async def _disconnected(receive) -> None:
         pass
 
 
-async def _search_unless_gone(request: Request, batcher: MicroBatcher, queries: list[str], topk: int):
+async def _search_unless_gone(receive, batcher: MicroBatcher, queries: list[str], topk: int):
     """The hits of `queries`, or None if the client disconnected first (its job is then dropped
-    by the batcher: what is not searched yet never is)."""
+    by the batcher: what is not searched yet never is). `receive`: the request's ASGI receive."""
     hits = batcher.submit(queries, topk)
-    gone = asyncio.ensure_future(_disconnected(request.receive))
+    gone = asyncio.ensure_future(_disconnected(receive))
     gone.add_done_callback(lambda _: hits.cancel())  # one callback, not asyncio.wait's per-request bookkeeping
     try:
         return await hits
@@ -117,14 +133,14 @@ async def _search_unless_gone(request: Request, batcher: MicroBatcher, queries: 
         gone.cancel()
 
 
-async def _search_with_cache(request: Request, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
+async def _search_with_cache(receive, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
     """Like `_search_unless_gone`, but answer what `cache` holds and search only the misses
     (then store them). Returns `(hits or None, cache hits in this request)`."""
     cached = cache.lookup(queries, topk)
     missing = [i for i, row in enumerate(cached) if row is None]
     if not missing:
         return cached, len(queries)
-    found = await _search_unless_gone(request, batcher, [queries[i] for i in missing], topk)
+    found = await _search_unless_gone(receive, batcher, [queries[i] for i in missing], topk)
     if found is None:
         return None, len(queries) - len(missing)
     cache.store([queries[i] for i in missing], topk, found)
@@ -133,25 +149,36 @@ async def _search_with_cache(request: Request, batcher: MicroBatcher, cache: Que
     return cached, len(queries) - len(missing)
 
 
-#: the OpenAPI request body of `/retrieve` (the route reads the body itself, see `read_retrieve_request`)
+#: the OpenAPI request body of `/retrieve` (the route reads the body itself, see `parse_retrieve_request`)
 RETRIEVE_REQUEST_OPENAPI = {"requestBody": {
     "required": True, "content": {"application/json": {"schema": RetrieveRequest.model_json_schema()}}}}
 
 
-async def read_retrieve_request(request: Request) -> RetrieveRequest:
-    """The body of a `/retrieve` request, validated by pydantic straight from the JSON bytes.
+async def _read_body(receive) -> bytes | None:
+    """The whole request body from ASGI `receive`, or None if the client disconnected first."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def parse_retrieve_request(body: bytes) -> RetrieveRequest:
+    """A `/retrieve` body, validated by pydantic straight from the JSON bytes.
 
     This is what FastAPI would do with a `body: RetrieveRequest` parameter, in one pydantic-core
     call instead of `json.loads`, then validation, then the dependency machinery: about 15% less
-    server CPU per request (`benchmarks/bench_http_overhead.py`), CPU the encoder threads share on
-    a small machine.
+    server CPU per request (`benchmarks/bench_http_overhead.py`).
 
     Raises:
         RequestValidationError: a 422 shaped like FastAPI's own (`loc` starts with `"body"`),
             for bad JSON or a body that breaks the `RetrieveRequest` contract.
     """
     try:
-        return RetrieveRequest.model_validate_json(await request.body())
+        return RetrieveRequest.model_validate_json(body)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         for error in errors:
@@ -182,7 +209,7 @@ def _json_safe(value, limit: int = 200):
     return _json_safe(repr(value), limit)
 
 
-async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+async def _validation_error(request: Request | None, exc: RequestValidationError) -> Response:
     """FastAPI's 422 body (`{"detail": [{"loc", "msg", "type", "input", ...}]}`), but never a 500:
     the echoed input may hold NaN, infinities or lone surrogates, which FastAPI's own handler
     cannot encode. Encoded as ASCII JSON (surrogates as `\\udXXX` escapes)."""
@@ -229,34 +256,34 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
-    app.add_middleware(_ArrivalTime)
     app.add_exception_handler(RequestValidationError, _validation_error)
 
-    def get_batcher(request: Request) -> MicroBatcher:
+    def get_batcher() -> MicroBatcher:
         """The service's batcher; HTTP 503 (+ `Retry-After`) while loading, after a failed load, or
         when draining."""
-        current: _Service = request.app.state.service
-        if current.draining:
+        if service.draining:
             raise HTTPException(status_code=503, detail="server is draining (shutting down); retry shortly",
                                 headers={"Retry-After": "2"})
-        if current.status != "ready":
-            detail = f"index {current.status}" + (f": {current.error}" if current.error else "; retry after /health is ready")
+        if service.status != "ready":
+            detail = f"index {service.status}" + (f": {service.error}" if service.error else "; retry after /health is ready")
             raise HTTPException(status_code=503, detail=detail, headers={"Retry-After": "1"})
-        return current.batcher
+        return service.batcher
 
-    app.state.get_batcher = get_batcher
+    async def answer(scope, receive) -> Response:
+        """The `/retrieve` response for the request of ASGI `scope`/`receive` (see `retrieve`)."""
+        try:
+            return await search(scope, receive)
+        except HTTPException as exc:
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        except RequestValidationError as exc:
+            return await _validation_error(None, exc)
 
-    @app.post("/retrieve", response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI)
-    async def retrieve(request: Request):
-        """Top-k passages for each query. Blank queries get an empty list. 422 on bad input.
-
-        The `Server-Timing: retrieve;dur=<ms>` header gives the server's time for the request, from
-        its arrival at the app (before the body is read and validated) to the response, so clients
-        can tell their own overhead from the server's. With the query cache on, a second entry
-        `cache;desc="hits=H misses=M"` says how many of the request's queries it answered.
-        """
-        batcher = get_batcher(request)
-        body = await read_retrieve_request(request)
+    async def search(scope, receive) -> Response:
+        batcher = get_batcher()
+        raw = await _read_body(receive)
+        if raw is None:  # the client gave up before sending its body
+            return Response(status_code=499)
+        body = parse_retrieve_request(raw)
         topk = settings.default_topk if body.topk is None else body.topk
         if topk > settings.max_topk:
             raise _unprocessable("topk", f"topk is {topk}; this server allows at most max_topk={settings.max_topk}")
@@ -274,18 +301,34 @@ def create_app(
         service.in_flight += 1
         try:
             if service.cache.enabled:
-                hits, from_cache = await _search_with_cache(request, batcher, service.cache, list(body.queries), topk)
+                hits, from_cache = await _search_with_cache(receive, batcher, service.cache, list(body.queries), topk)
             else:
-                hits = await _search_unless_gone(request, batcher, list(body.queries), topk)
+                hits = await _search_unless_gone(receive, batcher, list(body.queries), topk)
         finally:
             service.in_flight -= 1
         if hits is None:  # the client gave up: nobody reads an answer
             return Response(status_code=499)
-        timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"
+        timing = f"retrieve;dur={(time.perf_counter() - scope[ARRIVAL_KEY]) * 1000:.3f}"
         if service.cache.enabled:
             timing += f', cache;desc="hits={from_cache} misses={len(body.queries) - from_cache}"'
         content = encode_retrieve_response(hits, body.return_scores)
         return Response(content, media_type="application/json", headers={"Server-Timing": timing})
+
+    app.add_middleware(_RetrieveRoute, handler=answer)
+
+    @app.post(RETRIEVE_PATH, response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI)
+    async def retrieve(request: Request):
+        """Top-k passages for each query. Blank queries get an empty list. 422 on bad input.
+
+        The `Server-Timing: retrieve;dur=<ms>` header gives the server's time for the request, from
+        its arrival at the app (before the body is read and validated) to the response, so clients
+        can tell their own overhead from the server's. With the query cache on, a second entry
+        `cache;desc="hits=H misses=M"` says how many of the request's queries it answered.
+
+        `_RetrieveRoute` answers a plain `POST /retrieve` before it gets here; this runs the same
+        handler for an app mounted under a prefix.
+        """
+        return await answer(request.scope, request.receive)
 
     @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
     async def health():

@@ -27,7 +27,6 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from verl_search.retrieval.base import Hit, Retriever
@@ -37,18 +36,32 @@ logger = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class _Job:
-    """One request: its queries, `topk`, the future of its hits, and how far the worker got."""
+    """One request: its queries, `topk`, the asyncio future of its hits (resolved on `loop`), and how
+    far the worker got."""
 
     queries: list[str]
     topk: int
-    future: Future = field(default_factory=Future)
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
     done: int = 0  # queries searched so far (the next slice starts here)
     hits: list = field(default_factory=list)
     abandoned: bool = False  # the caller gave up (client disconnected): drop the rest unsearched
+    finished: bool = False  # the worker has answered it (hits or an error)
 
     @property
     def remaining(self) -> int:
         return len(self.queries) - self.done
+
+
+def _resolve(outcomes: list[tuple[asyncio.Future, object, BaseException | None]]) -> None:
+    """Set each future's hits or error (in its event loop); a future the caller cancelled is skipped."""
+    for future, hits, error in outcomes:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(hits)
+        else:
+            future.set_exception(error)
 
 
 _STOP = object()
@@ -128,16 +141,19 @@ class MicroBatcher:
         """Queue a request; return an asyncio future of its hits (call from the event loop).
 
         Cancelling the future drops the request: what the worker has not searched yet is never
-        searched (checked before every slice).
+        searched (checked before every slice). The worker resolves the futures finished by a batch
+        with one `call_soon_threadsafe` per event loop, so a 256-request batch wakes the loop once,
+        not 256 times (`concurrent.futures` + `asyncio.wrap_future` cost a lock and a wake-up each).
         """
-        job = _Job(queries=queries, topk=topk)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         if not queries:  # nothing to search: a job with no queries would never get a share of a batch
-            job.future.set_result([])
-            return asyncio.wrap_future(job.future)
+            future.set_result([])
+            return future
+        job = _Job(queries=queries, topk=topk, loop=loop, future=future)
+        future.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
         self._queue.put(job)
-        hits = asyncio.wrap_future(job.future)
-        hits.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
-        return hits
+        return future
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker after the jobs already queued (waits up to `timeout` seconds)."""
@@ -149,7 +165,7 @@ class MicroBatcher:
     def _take(self, item) -> None:
         if item is _STOP:
             self._stopping = True
-        elif item.future.set_running_or_notify_cancel():  # a job cancelled while queued is dropped
+        elif not item.abandoned:  # a job cancelled while queued is dropped
             self._pending.append(item)
 
     def _drain_queue(self, wait: float) -> None:
@@ -189,10 +205,10 @@ class MicroBatcher:
             else:
                 slices = [(self._pending[0], self._pending[0].remaining)]
             self._execute(slices)
-            self._pending = [job for job in self._pending if job.remaining and not job.future.done()]
+            self._pending = [job for job in self._pending if not job.finished]
 
     def _execute(self, slices: list[tuple[_Job, int]]) -> None:
-        """Search the next `count` queries of each `(job, count)` in one call; finish done jobs."""
+        """Search the next `count` queries of each `(job, count)` in one call; answer finished jobs."""
         self._last_batch_jobs = len(slices)
         queries = [q for job, count in slices for q in job.queries[job.done : job.done + count]]
         distinct = list(dict.fromkeys(queries))
@@ -202,8 +218,7 @@ class MicroBatcher:
             found = self.retriever.search(distinct, topk)
         except Exception as exc:  # these requests fail; the worker keeps serving
             logger.exception("retrieval failed for a batch of %d queries", len(distinct))
-            for job, _ in slices:
-                job.future.set_exception(exc)
+            self._answer([(job, exc) for job, _ in slices])
             return
         finally:
             self.search_seconds += time.perf_counter() - started
@@ -211,8 +226,23 @@ class MicroBatcher:
         self.batches += 1
         self.queries += len(queries)
         self.duplicates += len(queries) - len(distinct)
+        finished = []
         for job, count in slices:
             job.hits.extend(by_query[q][: job.topk] for q in job.queries[job.done : job.done + count])
             job.done += count
             if job.remaining == 0:
-                job.future.set_result(job.hits)
+                finished.append((job, None))
+        self._answer(finished)
+
+    @staticmethod
+    def _answer(finished: list[tuple[_Job, BaseException | None]]) -> None:
+        """Mark jobs finished and resolve their futures: one `call_soon_threadsafe` per event loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for job, error in finished:
+            job.finished = True
+            by_loop.setdefault(job.loop, []).append((job.future, job.hits, error))
+        for loop, outcomes in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_resolve, outcomes)
+            except RuntimeError:  # the loop is closed (server shut down): nobody waits for these
+                logger.debug("event loop closed; %d answers dropped", len(outcomes))
