@@ -3,13 +3,16 @@ chosen at serve time, and another backend than the index's is checked against th
 stored vectors. Real MiniLM and the session's real dense index; the ONNX / OpenVINO runs skip when
 their runtime is not installed (they need `[onnx]` / `[openvino]`, which pull another torch)."""
 
+import argparse
 import importlib.util
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from verl_search.retrieval.dense import verify_backend
-from verl_search.retrieval.encoder import SentenceEncoder
+from verl_search.options import add_arguments
+from verl_search.retrieval.encoder import BACKENDS, EncoderBackend, SentenceEncoder
 from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.loader import resolve_index
 from verl_search.retrieval.manifest import IndexMismatchError, Manifest
@@ -30,6 +33,17 @@ def test_backend_is_recorded_and_chosen_per_serve(dense_index):
     other = resolve_index(dense_index, encoder_backend="openvino")
     assert default.encoder.backend == "torch" and other.encoder.backend == "openvino"
     assert default.fingerprint() != other.fingerprint()  # cached answers never cross backends
+
+
+def test_build_and_serve_offer_exactly_the_backends_the_encoder_knows():
+    from verl_search.server.serve import ServeOptions
+
+    assert set(get_args(EncoderBackend)) == set(BACKENDS)
+    for options in (BuildOptions, ServeOptions):
+        parser = argparse.ArgumentParser()
+        add_arguments(parser, options)
+        action = next(a for a in parser._actions if a.dest == "encoder_backend")
+        assert set(action.choices) == set(BACKENDS), options
 
 
 def test_unknown_or_missing_backend_is_a_clear_error(minilm_path):

@@ -15,11 +15,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
+#: the encoder backends' names, the choices of `--encoder-backend` (`index build` and `serve`); `BACKENDS` has one
+#: entry per name (a test checks it)
+EncoderBackend = Literal["torch", "onnx", "openvino", "openvino-int8"]
 #: OpenVINO with int8 weights and activations, quantised on the corpus (`retrieval.quantize`)
 INT8_BACKEND = "openvino-int8"
 #: encoder backends (sentence-transformers' `backend=`, and `INT8_BACKEND`) and the modules each needs beyond torch

@@ -29,7 +29,7 @@ from verl_search.exits import DiskWriteError
 from verl_search.retrieval.bm25 import DEFAULT_BM25_PARAMS, build_bm25
 from verl_search.retrieval.corpus import JsonlCorpus, iter_passages, scan_corpus
 from verl_search.retrieval.dense import require_faiss
-from verl_search.retrieval.encoder import INT8_BACKEND, EncoderSettings, SentenceEncoder
+from verl_search.retrieval.encoder import INT8_BACKEND, EncoderBackend, EncoderSettings, SentenceEncoder
 from verl_search.retrieval.manifest import (
     BM25_DIR,
     FAISS_NAME,
@@ -83,7 +83,7 @@ class BuildOptions:
     passage_prefix: str | None = field(default=None, metadata={
         "help": 'dense: passage prefix (default: "passage: " for e5, else none)'})
     max_length: int | None = field(default=None, metadata={"help": "dense: encoder input limit in tokens"})
-    encoder_backend: Literal["torch", "onnx", "openvino", "openvino-int8"] = field(default="torch", metadata={
+    encoder_backend: EncoderBackend = field(default="torch", metadata={
         "help": "dense: runtime of the encoder (onnx/openvino: CPU, extras [onnx]/[openvino]; openvino-int8: "
                 "quantised on this corpus); recorded in the manifest"})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing output folder"})

@@ -20,10 +20,10 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 from verl_search.exits import configure_logging, exit_code
 from verl_search.options import add_arguments, build
+from verl_search.retrieval.encoder import EncoderBackend
 from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class ServeOptions:
     port: int = field(default=8000, metadata={"help": "TCP port"})
     cpu: bool = field(default=False, metadata={"help": "keep the faiss index on the CPU even if GPUs are visible"})
     verify_corpus: bool = field(default=False, metadata={"help": "check the corpus SHA-256 against the manifest"})
-    encoder_backend: Literal["torch", "onnx", "openvino", "openvino-int8"] | None = field(default=None, metadata={
+    encoder_backend: EncoderBackend | None = field(default=None, metadata={
         "help": "dense: query encoder runtime (default: the manifest's); another one is checked against the index"})
     encoder_threads: int | None = field(default=None, metadata={
         "help": "dense: CPU threads of the query encoder, torch or OpenVINO (default: the runtime's, one per core)"})
