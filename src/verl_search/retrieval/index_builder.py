@@ -137,7 +137,7 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
             params = build_bm25((p.contents for p in iter_passages(corpus_path)), partial / BM25_DIR, DEFAULT_BM25_PARAMS)
             manifest = Manifest(retriever="bm25", corpus=corpus, bm25=params)
         else:
-            manifest = _build_dense(corpus_path, corpus, partial, options)
+            manifest = _build_dense(corpus_path, corpus, offsets, partial, options)
         manifest.write(partial)
         _publish(partial, out_dir)
     except BaseException as exc:
@@ -159,10 +159,13 @@ def _out_of_room(exc: BaseException) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or (exc.errno is None and "written" in str(exc))
 
 
-def _build_dense(corpus_path: Path, corpus: CorpusInfo, folder: Path, options: BuildOptions) -> Manifest:
-    """Write `folder`'s faiss index (or shards); return the finished manifest (not yet written)."""
+def _build_dense(corpus_path: Path, corpus: CorpusInfo, offsets: np.ndarray, folder: Path, options: BuildOptions) -> Manifest:
+    """Write `folder`'s faiss index (or shards); return the finished manifest (not yet written). `offsets`: the
+    corpus's offset table, already scanned (int8 calibration reads its rows without a second pass)."""
     settings = options.encoder_settings()
-    calibration = calibration_passages(JsonlCorpus(corpus_path)) if settings.backend == INT8_BACKEND else None
+    calibration = None
+    if settings.backend == INT8_BACKEND:
+        calibration = calibration_passages(JsonlCorpus(corpus_path, offsets))
     encoder = SentenceEncoder.from_settings(settings, batch_size=options.batch_size, calibration=calibration)
     if options.from_faiss:
         source = Path(options.from_faiss)
