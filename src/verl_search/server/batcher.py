@@ -36,12 +36,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class _Job:
-    """One request: its queries, `topk`, the asyncio future of its hits (resolved on `loop`), and how
-    far the worker got."""
+    """One request: its queries, `topk`, the asyncio future of its hits (resolved in the future's
+    event loop), and how far the worker got."""
 
     queries: list[str]
     topk: int
-    loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     done: int = 0  # queries searched so far (the next slice starts here)
     hits: list = field(default_factory=list)
@@ -150,7 +149,7 @@ class MicroBatcher:
         if not queries:  # nothing to search: a job with no queries would never get a share of a batch
             future.set_result([])
             return future
-        job = _Job(queries=queries, topk=topk, loop=loop, future=future)
+        job = _Job(queries=queries, topk=topk, future=future)
         future.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
         self._queue.put(job)
         return future
@@ -240,7 +239,7 @@ class MicroBatcher:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
         for job, error in finished:
             job.finished = True
-            by_loop.setdefault(job.loop, []).append((job.future, job.hits, error))
+            by_loop.setdefault(job.future.get_loop(), []).append((job.future, job.hits, error))
         for loop, outcomes in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_resolve, outcomes)
