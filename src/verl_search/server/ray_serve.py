@@ -36,7 +36,7 @@ from verl_search.retrieval.loader import IndexSpec, resolve_index
 from verl_search.retrieval.shards import SearchShards, ShardedDenseRetriever
 from verl_search.server.app import create_app
 from verl_search.server.runner import wait_until_ready
-from verl_search.server.serve import RayOptions, ServeOptions
+from verl_search.server.serve import RayOptions, ServeOptions, freeze_loaded
 from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ class RetrieverReplica:
                                               spec.shards)
         else:
             retriever = spec.load()
+        freeze_loaded(retriever)
         self.retrieval_app = create_app(retriever, settings, health_extras=replicas_up)  # `app` is Serve's
 
     def __serve_build_asgi_app__(self):
