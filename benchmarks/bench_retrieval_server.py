@@ -154,8 +154,9 @@ def main() -> None:
     parser.add_argument("--retriever", choices=["dense", "bm25"], default="dense")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each load level")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="measure every level this many times, the servers taking turns in each round; tables show "
-                             "the median round (a noisy machine moves single 10-s levels by 20%% and more)")
+                        help="measure every level this many times, the servers taking turns in each round (in reverse "
+                             "order every other round); tables show the median round (a noisy machine moves single "
+                             "10-s levels by 20%% and more)")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra flag for every server (repeatable)")
     parser.add_argument("--also", action="append", default=[], metavar="NAME=FLAGS",
                         help='one more server at every level, e.g. "threads1=--encoder-threads 1" (repeatable)')
@@ -192,9 +193,10 @@ def main() -> None:
             started[name] = SubprocessServer(["--index", str(index_dir), *args.serve_arg, *flags]).start()  # a variant overrides
             run_wrk(started[name].url, script, bodies[1], 4, 2)  # warm-up
         results = {name: {level: [] for level in levels} for name, (_, levels) in servers.items()}
-        for _ in range(args.rounds):
+        for round_number in range(args.rounds):
+            turns = list(servers.items())[:: -1 if round_number % 2 else 1]  # who goes first alternates by round
             for level in LEVELS:  # the servers take turns at each level, so drifting load hits them alike
-                for name, (_, levels) in servers.items():
+                for name, (_, levels) in turns:
                     if level in levels:
                         seconds = args.seconds * (BULK_FACTOR if level[1] > 1 else 1)
                         results[name][level] += measure(started[name], script, bodies, [level], seconds)

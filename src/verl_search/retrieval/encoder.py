@@ -35,6 +35,7 @@ BACKENDS: dict[str, tuple[str, ...]] = {
     INT8_BACKEND: ("openvino", "optimum.intel", "nncf", "datasets"),
 }
 
+
 def length_groups(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
     """Split texts of `lengths` tokens into sub-batches of at most `batch_size` texts of similar length.
 
@@ -154,9 +155,9 @@ class SentenceEncoder:
             torch's intra-op threads (process-wide, `set_encoder_threads`) or OpenVINO's
             `INFERENCE_NUM_THREADS`; ignored by ONNX Runtime. Raises ValueError if < 1.
         query_batch_size: queries per forward pass (default 16). Queries are sorted by length in
-            tokens and encoded in sub-batches of this size (`length_groups`): on a CPU, one 256-query pass is about 3x
-            slower per query than 16-query passes (padding and cache misses), see
-            `benchmarks/bench_retrieval_server.py`.
+            tokens and encoded in sub-batches of this size (`length_groups`): on a CPU, one
+            256-query pass is about 3x slower per query than 16-query passes (padding and cache
+            misses), see `benchmarks/bench_retrieval_server.py`.
         calibration: passage texts that calibrate the `"openvino-int8"` quantiser (required there,
             ignored by the other backends), e.g. `quantize.calibration_passages(corpus)`; the
             passage prefix is put before them.
