@@ -35,6 +35,7 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -220,7 +221,7 @@ def main() -> None:
     if args.rounds > 1:
         ratios = [m["qps"] / max(b["qps"], 1e-9) for m, b in zip(results["batched"][(256, 1)], results["batched"][(4, 64)])]
         print("  the same ratio in each round: " + " ".join(f"{r:.0%}" for r in ratios)
-              + f"; median {sorted(ratios)[len(ratios) // 2]:.0%}")
+              + f"; median {statistics.median_high(ratios):.0%}")
     errors = sum(r["errors"] for r in results["batched"][(256, 1)])
     print(f"256x1 p99 = {many['p99'] / 1000:.2f} s (target <= 1.5 s); errors {errors} in all rounds (target 0)")
     print(f"1x1 p50 ours {ours[(1, 1)]['p50']:.1f} ms vs off {off[(1, 1)]['p50']:.1f} ms (target: at or below)")
