@@ -18,8 +18,10 @@ VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "src" / "verl_search" /
 RAY_SERVE = "ray[serve]>=2.60"
 # the one verl release we support is declared in src/verl_search/verl_compat.py (its start-up guard checks it)
 VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "src" / "verl_search" / "verl_compat.py").read_text(), re.M).group(1)
+#: sentence-transformers from the release with `SentenceTransformer.preprocess` (the encoder's workers use it)
+SENTENCE_TRANSFORMERS = "sentence-transformers>=6"
 #: the dense retriever's packages, shared by the extras that build on it
-DENSE = ["faiss-cpu", "sentence-transformers"]
+DENSE = ["faiss-cpu", SENTENCE_TRANSFORMERS]
 
 setup(
     name="verl-search",
@@ -53,7 +55,7 @@ setup(
         "onnx": [*DENSE, "sentence-transformers[onnx]"],
         "openvino": [*DENSE, "sentence-transformers[openvino]", "nncf", "datasets"],
         # GPU machines: sglang for rollout, faiss on GPUs (install it instead of faiss-cpu).
-        "gpu": ["sglang", "faiss-gpu-cu12", "sentence-transformers"],
+        "gpu": ["sglang", "faiss-gpu-cu12", SENTENCE_TRANSFORMERS],
         # the verl side; verl is pinned exactly (its agent-loop internals change between releases)
         # and taken without its extras (they pin another torch).
         "verl": [

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -118,6 +121,48 @@ def _require_backend(backend: str) -> None:
         raise ImportError(f"encoder backend {backend!r} needs {', '.join(absent)}: pip install \"verl-search[{backend}]\"")
 
 
+def single_threaded_workers(count: int) -> ThreadPoolExecutor:
+    """`count` threads (named `encoder_N`) on which torch runs each CPU operator on that one thread.
+
+    torch parallelises every operator over its intra-op threads, which meet after each one; on the
+    small matrices of a 16-query sub-batch that wait costs more than it gains, and on a busy machine
+    (the server's event loop takes a core now and then) one late thread stalls them all. Encoding
+    whole sub-batches side by side, one per worker, avoids both: +10-30% queries/s on 2 CPU cores
+    (`benchmarks/bench_encoder_backends.py`, README "Encoder backends").
+
+    torch gives each thread its operator thread count on that thread's first use, from the
+    process-wide count (`torch.set_num_threads`). Each worker takes its count first, then sets it
+    to 1; the process-wide count is put back once all workers have, so every other thread keeps it.
+
+    Raises:
+        ValueError: `count` < 1.
+        TimeoutError: the workers did not start within 60 seconds.
+    """
+    if count < 1:
+        raise ValueError(f"encoder workers must be >= 1, got {count}")
+    import torch
+
+    process_wide = torch.get_num_threads()
+    started = threading.Barrier(count + 1)
+
+    def init() -> None:
+        torch.get_num_threads()  # this thread takes the process-wide count now, not on its first operator
+        torch.set_num_threads(1)
+        started.wait()
+
+    workers = ThreadPoolExecutor(count, thread_name_prefix="encoder", initializer=init)
+    for _ in range(count):  # a busy (initialising) worker makes the pool start another, up to `count`
+        workers.submit(int)
+    try:
+        started.wait(timeout=60)
+    except threading.BrokenBarrierError as exc:
+        workers.shutdown(wait=False)
+        raise TimeoutError(f"{count} encoder workers did not start within 60 s") from exc
+    finally:
+        torch.set_num_threads(process_wide)
+    return workers
+
+
 def set_encoder_threads(threads: int) -> None:
     """Run torch's CPU operators (the encoder's forward pass) on `threads` threads, process-wide.
 
@@ -151,13 +196,16 @@ class SentenceEncoder:
             `verify_backend` checks that against an index. `"openvino-int8"`: OpenVINO with int8
             weights and activations, quantised once on `calibration` passages and cached
             (`retrieval.quantize`); cosine about 0.996 against torch's for MiniLM.
-        threads: CPU threads of the forward pass (default: the runtime's own, one per core):
-            torch's intra-op threads (process-wide, `set_encoder_threads`) or OpenVINO's
-            `INFERENCE_NUM_THREADS`; ignored by ONNX Runtime. Raises ValueError if < 1.
-        query_batch_size: queries per forward pass (default 16). Queries are sorted by length in
-            tokens and encoded in sub-batches of this size (`length_groups`): on a CPU, one
-            256-query pass is about 3x slower per query than 16-query passes (padding and cache
-            misses), see `benchmarks/bench_retrieval_server.py`.
+        threads: CPU threads of the forward pass (default: the runtime's own, one per core).
+            torch on the CPU: a batch of several sub-batches is encoded by `threads`
+            single-threaded workers side by side (`single_threaded_workers`), a lone sub-batch
+            by torch's intra-op threads (process-wide, `set_encoder_threads`). OpenVINO: its
+            `INFERENCE_NUM_THREADS`. Ignored by ONNX Runtime. Raises ValueError if < 1.
+        query_batch_size: most queries per forward pass (default 16). Queries are sorted by
+            length in tokens and encoded in sub-batches of this size (`length_groups`), or
+            smaller so that every worker gets one: on a CPU, one 256-query pass is about 3x
+            slower per query than 16-query passes (padding and cache misses), see
+            `benchmarks/bench_retrieval_server.py`.
         calibration: passage texts that calibrate the `"openvino-int8"` quantiser (required there,
             ignored by the other backends), e.g. `quantize.calibration_passages(corpus)`; the
             passage prefix is put before them.
@@ -201,8 +249,16 @@ class SentenceEncoder:
         self.backend = backend
         if threads is not None and (backend == "torch" or threads < 1):
             set_encoder_threads(threads)
+        self._workers: ThreadPoolExecutor | None = None  # torch on the CPU with more than one thread
+        self._worker_count = 0
         if backend == "torch":
-            self._model = SentenceTransformer(self.path, device=device or default_device(), local_files_only=True)
+            device = device or default_device()
+            self._model = SentenceTransformer(self.path, device=device, local_files_only=True)
+            import torch
+
+            count = threads or torch.get_num_threads()
+            if device == "cpu" and count > 1:
+                self._workers, self._worker_count = single_threaded_workers(count), count
         else:
             load_from, runtime, model_kwargs = self.path, backend, {}
             if backend == INT8_BACKEND:
@@ -234,8 +290,10 @@ class SentenceEncoder:
                                self.backend)
 
     def _encode(self, texts: list[str], prefix: str, batch_size: int, show_progress: bool = False) -> np.ndarray:
-        """Vectors of `prefix + text`, shape `(len(texts), dim)`, float32, in sub-batches of `batch_size`
-        texts of similar length in *tokens* (`length_groups`)."""
+        """Vectors of `prefix + text`, shape `(len(texts), dim)`, float32, in sub-batches of at most `batch_size`
+        texts of similar length in *tokens* (`length_groups`), spread over the workers if there are any."""
+        if self._workers is not None:  # one sub-batch per worker at least
+            batch_size = max(1, min(batch_size, -(-len(texts) // self._worker_count)))
         if len(texts) <= batch_size:
             groups = [np.arange(len(texts))] if texts else []
         else:
@@ -244,16 +302,40 @@ class SentenceEncoder:
                                               return_attention_mask=False, return_token_type_ids=False)["input_ids"]
             groups = length_groups([len(ids) for ids in token_ids], batch_size)
         vectors = np.empty((len(texts), self.dim), dtype=np.float32)
-        for rows in tqdm(groups, unit="batch", desc="encoding", disable=not show_progress):
-            vectors[rows] = self._model.encode(
-                [texts[i] for i in rows],
-                prompt=prefix or None,
-                batch_size=batch_size,
-                normalize_embeddings=self.normalize,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+        progress = tqdm(total=len(groups), unit="batch", desc="encoding", disable=not show_progress)
+        if self._workers is None or len(groups) < 2:
+            for rows in groups:
+                vectors[rows] = self._model.encode([texts[i] for i in rows], prompt=prefix or None, batch_size=batch_size,
+                                                   normalize_embeddings=self.normalize, convert_to_numpy=True,
+                                                   show_progress_bar=False)
+                progress.update()
+        else:
+            # this thread tokenizes (the tokenizer is not thread safe) while the workers run the forward passes,
+            # longest sub-batches first so that they finish together; at most two sub-batches per worker queued
+            in_flight: deque = deque()
+            for rows in reversed(groups):
+                features = self._model.preprocess([texts[i] for i in rows], prompt=prefix or None)
+                in_flight.append((rows, self._workers.submit(self._forward, features)))
+                while len(in_flight) > 2 * self._worker_count or (in_flight and in_flight[0][1].done()):
+                    done, future = in_flight.popleft()
+                    vectors[done] = future.result()
+                    progress.update()
+            for done, future in in_flight:
+                vectors[done] = future.result()
+                progress.update()
+        progress.close()
         return vectors
+
+    def _forward(self, features: dict) -> np.ndarray:
+        """One forward pass over tokenized `features` (`SentenceTransformer.preprocess`), as sentence-transformers'
+        `encode` runs it: shape `(batch, dim)`, float32, L2-normalised if `normalize`."""
+        import torch
+
+        with torch.inference_mode():
+            vectors = self._model(features)["sentence_embedding"]
+            if self.normalize:
+                vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+        return vectors.float().numpy()
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """Vectors for `queries` (with `query_prefix`), shape `(len(queries), dim)`, float32."""
