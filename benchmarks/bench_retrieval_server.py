@@ -16,6 +16,9 @@ servers in one run:
   through the questions every query is a repeat: that row shows the cache's ceiling, not a
   realistic hit rate (see `benchmarks/cache_hit_rate.py` for that).
 
+Before each level every server answers a one-query probe, so that no level pays for the batch a
+server was still searching when the level before it ended.
+
 Per level: queries/s, p50/p90/p99 latency (ms, wrk's), errors (connect/read/write/timeout/non-2xx), requests completed,
 mean queries per retriever call and the share of wall time the batch worker spent searching
 (from `/health`), wrk's CPU seconds; per server: peak RSS (VmHWM). Then the targets of issue 11.
@@ -102,6 +105,22 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def wait_until_idle(servers, timeout: float = 120.0) -> float:
+    """Wait until every server has finished the work of the level before; returns the seconds waited.
+
+    wrk stops at the end of a level and closes its connections; the server drops what it has not
+    started, but the batch it is searching (up to 256 queries, about a second) runs to its end.
+    Measured right away, the next level (of any server: they share the cores) would pay for it. A
+    one-query probe request is answered only after that batch (a new query each time, so that a
+    cache cannot answer it first).
+    """
+    started = time.monotonic()
+    for server in servers:
+        probe = {"queries": [f"probe {time.monotonic_ns()}"], "topk": 1}
+        httpx.post(f"{server.url}/retrieve", json=probe, timeout=timeout).raise_for_status()
+    return time.monotonic() - started
 
 
 def measure(server: SubprocessServer, script: Path, bodies: dict, levels, seconds: float) -> list[dict]:
@@ -199,6 +218,7 @@ def main() -> None:
             for level in LEVELS:  # the servers take turns at each level, so drifting load hits them alike
                 for name, (_, levels) in turns:
                     if level in levels:
+                        wait_until_idle(started.values())
                         seconds = args.seconds * (BULK_FACTOR if level[1] > 1 else 1)
                         results[name][level] += measure(started[name], script, bodies, [level], seconds)
         for name, (flags, _) in servers.items():

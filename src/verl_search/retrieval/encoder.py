@@ -127,8 +127,9 @@ def single_threaded_workers(count: int) -> ThreadPoolExecutor:
     torch parallelises every operator over its intra-op threads, which meet after each one; on the
     small matrices of a 16-query sub-batch that wait costs more than it gains, and on a busy machine
     (the server's event loop takes a core now and then) one late thread stalls them all. Encoding
-    whole sub-batches side by side, one per worker, avoids both: +10-30% queries/s on 2 CPU cores
-    (`benchmarks/bench_encoder_backends.py`, README "Encoder backends").
+    whole sub-batches side by side, one per worker, avoids both. On 2 CPU cores (MiniLM, real
+    questions, README "Encoder backends"): +28-59% queries/s for the encoder alone on 256-query
+    batches (`benchmarks/bench_encoder_backends.py`), +21-37% for the server at 256 x 1.
 
     torch gives each thread its operator thread count on that thread's first use, from the
     process-wide count (`torch.set_num_threads`). Each worker takes its count first, then sets it
