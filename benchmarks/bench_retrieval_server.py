@@ -107,8 +107,8 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def wait_until_idle(servers, timeout: float = 120.0) -> float:
-    """Wait until every server has finished the work of the level before; returns the seconds waited.
+def wait_until_idle(servers, timeout: float = 120.0) -> None:
+    """Wait until every server has finished the work of the level before (each within `timeout` seconds).
 
     wrk stops at the end of a level and closes its connections; the server drops what it has not
     started, but the batch it is searching (up to 256 queries, about a second) runs to its end.
@@ -116,11 +116,9 @@ def wait_until_idle(servers, timeout: float = 120.0) -> float:
     one-query probe request is answered only after that batch (a new query each time, so that a
     cache cannot answer it first).
     """
-    started = time.monotonic()
     for server in servers:
         probe = {"queries": [f"probe {time.monotonic_ns()}"], "topk": 1}
         httpx.post(f"{server.url}/retrieve", json=probe, timeout=timeout).raise_for_status()
-    return time.monotonic() - started
 
 
 def measure(server: SubprocessServer, script: Path, bodies: dict, levels, seconds: float) -> list[dict]:
