@@ -5,9 +5,9 @@ turns at each level, so load from elsewhere that drifts during the run hits them
 corpus and drives them with `wrk` (Debian's package: one thread, C, a few % of one core at 256 connections;
 its CPU seconds are printed per level) through a Lua script that cycles through request bodies
 made of the real questions of `mini_wiki/qa.jsonl`. Levels (clients x queries per request):
-1x1, 16x1, 256x1 and 4x64, `--seconds` each (4x64: `BULK_FACTOR` times that, since 4 requests of 64
-finish together about once a second and a 10-s level would count only ~10 such rounds), for three
-servers in one run:
+1x1, 16x1, 256x1 and 4x64, `--seconds` each (256x1 and 4x64: `BULK_FACTOR` times that: their queries
+fill whole 256-query batches, answered together about once a second, and a 10-s level would count 12
+or 13 of them, a step of 8% in queries/s), for three servers in one run:
 
 * `batched`: ours (micro-batching on, cache off);
 * `off`: `--no-micro-batching`: one encoder pass per request, as Search-R1's own server does
@@ -49,10 +49,11 @@ import httpx
 
 from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.server.runner import SubprocessServer
+from verl_search.server.settings import ServerSettings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 LEVELS = ((1, 1), (16, 1), (256, 1), (4, 64))
-BULK_FACTOR = 3  # multi-query levels run this many times `--seconds`
+BULK_FACTOR = 3  # levels that fill whole batches (clients x queries >= the default max batch size) run this many times `--seconds`
 
 LUA = r"""
 local bodies = {}
@@ -221,7 +222,8 @@ def main() -> None:
                 for name, (_, levels) in turns:
                     if level in levels:
                         wait_until_idle(started.values())
-                        seconds = args.seconds * (BULK_FACTOR if level[1] > 1 else 1)
+                        full = level[0] * level[1] >= ServerSettings().max_batch_size
+                        seconds = args.seconds * (BULK_FACTOR if full else 1)
                         results[name][level] += measure(started[name], script, bodies, [level], seconds)
         for name, (flags, _) in servers.items():
             print_table(f"{name}: serve {' '.join(args.serve_arg + flags) or '(defaults)'}",

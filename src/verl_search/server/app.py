@@ -95,6 +95,8 @@ class _Service:
                 micro_batching=self.settings.micro_batching,
                 max_batch_size=self.settings.max_batch_size,
                 max_wait_ms=self.settings.max_wait_ms,
+                burst_gap_ms=self.settings.burst_gap_ms,
+                max_burst_wait_ms=self.settings.max_burst_wait_ms,
             )
             self.retriever = retriever
             self.status = "ready"

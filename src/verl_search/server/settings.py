@@ -27,6 +27,11 @@ class ServerSettings(BaseModel):
         max_wait_ms: how long, in milliseconds, the batch worker waits for more requests after the
             first one arrives (default 2 ms); requests that arrive while a batch runs are picked up
             by the next batch without waiting.
+        burst_gap_ms, max_burst_wait_ms: under heavy load (the last batch was at least half of
+            `max_batch_size`, from more than one request), the worker keeps gathering requests for
+            the next batch while they arrive at most `burst_gap_ms` apart (default 5 ms), until the
+            batch is full or `max_burst_wait_ms` (default 50 ms; 0: off) have passed, so that the
+            clients it has just answered are in it (see `server.batcher`).
         cache_mb: bound of the exact-match query cache in MiB (default 0: off); see `server.cache`.
     """
 
@@ -37,4 +42,6 @@ class ServerSettings(BaseModel):
     micro_batching: bool = Field(default=True, description="coalesce concurrent requests into one batch; --no-micro-batching searches each request alone")
     max_batch_size: int = Field(default=256, ge=1, description="most queries per coalesced batch")
     max_wait_ms: float = Field(default=2.0, ge=0.0, description="wait for more requests, in milliseconds")
+    burst_gap_ms: float = Field(default=5.0, ge=0.0, description="under heavy load, keep gathering requests while they arrive at most this many milliseconds apart")
+    max_burst_wait_ms: float = Field(default=50.0, ge=0.0, description="under heavy load, the longest wait for a full batch, in milliseconds; 0 = off")
     cache_mb: float = Field(default=0.0, ge=0.0, description="query cache bound in MiB (LRU, exact match on normalised query, topk, index); 0 = off")
