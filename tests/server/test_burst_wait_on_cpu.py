@@ -5,8 +5,8 @@ or with the wait off, a request that finds the worker idle is searched at once.
 
 Real BM25 index and real questions. The retriever is wrapped to record each batch and, for the first
 one, to hold it until the test has queued the requests that make the half-full batch after it.
-Arrivals are 0.5 s apart against gaps of 2 s, a wait cut at 0.75 s or none: margins that no scheduler delay
-of a loaded machine closes.
+Arrivals are 0.5 s apart against gaps of 2 s, a wait cut at 0.75 s or none: margins of 0.25 s and
+more, wide against a loaded machine's scheduling delays (milliseconds).
 """
 
 import asyncio
