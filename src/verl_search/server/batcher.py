@@ -173,11 +173,14 @@ class MicroBatcher:
 
     # -- worker thread ---------------------------------------------------------------------------
 
-    def _take(self, item) -> None:
+    def _take(self, item) -> int:
+        """Take a queued item; return the queries it adds to `_pending` (0 for a stop or a dropped job)."""
         if item is _STOP:
             self._stopping = True
         elif not item.abandoned:  # a job cancelled while queued is dropped
             self._pending.append(item)
+            return item.remaining
+        return 0
 
     def _drain_queue(self, wait: float, gap: float | None = None) -> None:
         """Move queued jobs to `_pending`; block when none is pending, or wait up to `wait` seconds
@@ -186,17 +189,18 @@ class MicroBatcher:
         if not self._pending and not self._stopping:
             self._take(self._queue.get())
         deadline = time.monotonic() + wait
+        pending = sum(job.remaining for job in self._pending)  # kept up to date, not summed per arrival
         while True:
             try:
-                self._take(self._queue.get_nowait())
+                pending += self._take(self._queue.get_nowait())
                 continue
             except queue.Empty:
                 pass
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._stopping or sum(j.remaining for j in self._pending) >= self.max_batch_size:
+            if remaining <= 0 or self._stopping or pending >= self.max_batch_size:
                 return
             try:
-                self._take(self._queue.get(timeout=remaining if gap is None else min(remaining, gap)))
+                pending += self._take(self._queue.get(timeout=remaining if gap is None else min(remaining, gap)))
             except queue.Empty:
                 return
 
