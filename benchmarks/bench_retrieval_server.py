@@ -53,7 +53,8 @@ from verl_search.server.settings import ServerSettings
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 LEVELS = ((1, 1), (16, 1), (256, 1), (4, 64))
-BULK_FACTOR = 3  # levels that fill whole batches (clients x queries >= the default max batch size) run this many times `--seconds`
+FULL_BATCH = ServerSettings().max_batch_size  # the servers' default
+BULK_FACTOR = 3  # levels that fill whole batches (clients x queries >= FULL_BATCH) run this many times `--seconds`
 
 LUA = r"""
 local bodies = {}
@@ -222,8 +223,7 @@ def main() -> None:
                 for name, (_, levels) in turns:
                     if level in levels:
                         wait_until_idle(started.values())
-                        full = level[0] * level[1] >= ServerSettings().max_batch_size
-                        seconds = args.seconds * (BULK_FACTOR if full else 1)
+                        seconds = args.seconds * (BULK_FACTOR if level[0] * level[1] >= FULL_BATCH else 1)
                         results[name][level] += measure(started[name], script, bodies, [level], seconds)
         for name, (flags, _) in servers.items():
             print_table(f"{name}: serve {' '.join(args.serve_arg + flags) or '(defaults)'}",

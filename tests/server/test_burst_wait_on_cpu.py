@@ -1,6 +1,6 @@
 """The batch worker's wait under heavy load (`burst_gap_ms`, `max_burst_wait_ms`, `server.batcher`):
 after a batch at least half of `max_batch_size` from several requests, it keeps gathering requests
-while they arrive less than `burst_gap_ms` apart (up to `max_burst_wait_ms`); after a smaller batch,
+while they arrive at most `burst_gap_ms` apart (up to `max_burst_wait_ms`); after a smaller batch,
 or with the wait off, a request that finds the worker idle is searched at once.
 
 Real BM25 index and real questions. The retriever is wrapped to record each batch and, for the first
