@@ -8,7 +8,9 @@ from verl_search import cli, env
 from verl_search.eval.options import EvalOptions
 from verl_search.options import flag_name, option_fields
 from verl_search.protocol import DEFAULT_TOPK
+from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.index_builder import BuildOptions
+from verl_search.retrieval.rerank import RerankOptions
 from verl_search.server.serve import RayOptions, ServeOptions
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig
@@ -24,7 +26,8 @@ def _flags(*argv):
 
 def test_every_option_field_is_a_flag_and_every_flag_a_field():
     assert _flags("serve") == {flag_name(s) for s in option_fields(ServeOptions) + option_fields(ServerSettings)
-                               + option_fields(RayOptions)}
+                               + option_fields(RayOptions) + option_fields(HybridOptions)
+                               + option_fields(RerankOptions)}
     assert _flags("index") == {flag_name(s) for s in option_fields(BuildOptions)} | {"--corpus", "--out"}
     assert _flags("eval") == {flag_name(s) for s in option_fields(EvalOptions)}
 

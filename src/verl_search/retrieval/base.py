@@ -6,8 +6,12 @@ server coalesces concurrent requests into one batch (one encoder pass, one faiss
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+#: one query's result before the passages are looked up: `(corpus row, score)` pairs, best first
+ScoredRows = list[tuple[int, float]]
 
 
 def split_contents(contents: str) -> tuple[str, str]:
@@ -60,7 +64,8 @@ class Retriever(Protocol):
     """What the server and the evaluation code need from a retriever.
 
     Attributes:
-        kind: `"bm25"` or `"dense"`.
+        kind: `"bm25"`, `"dense"` or `"hybrid"` (`retrieval.hybrid`); `"+rerank"` is appended when a
+            cross-encoder reorders the hits (`retrieval.rerank`).
         num_passages: number of passages in the corpus (an upper bound for `topk`).
     """
 
@@ -77,3 +82,9 @@ class Retriever(Protocol):
             ValueError: if `topk < 1`.
         """
         ...
+
+
+def hits_of_rows(corpus, scored_rows: Iterable[tuple[int, float]]) -> list[Hit]:
+    """The `Hit`s of `(row, score)` pairs, in their order; `corpus.get(row)` looks each passage up
+    (a `retrieval.corpus.JsonlCorpus`)."""
+    return [Hit(passage=corpus.get(int(row)), score=float(score)) for row, score in scored_rows]

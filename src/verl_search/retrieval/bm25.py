@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from verl_search.retrieval.base import Hit
+from verl_search.retrieval.base import Hit, ScoredRows, hits_of_rows
 from verl_search.retrieval.corpus import JsonlCorpus
 
 logger = logging.getLogger(__name__)
@@ -96,11 +96,23 @@ class BM25Retriever:
 
     def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
         """Top-`topk` passages for each query (see `Retriever.search`); BM25 scores, best first."""
+        return [hits_of_rows(self.corpus, rows) for rows in self.search_rows(queries, topk)]
+
+    def search_rows(self, queries: list[str], topk: int) -> list[ScoredRows]:
+        """Like `search`, but corpus rows and BM25 scores, with no passage looked up (hybrid fusion
+        reads the passages of the fused top-k only).
+
+        Returns:
+            `len(queries)` lists of at most `topk` `(row, score)` pairs, best first, scores > 0.
+
+        Raises:
+            ValueError: if `topk < 1`.
+        """
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
         bm25s = _require_bm25s()
         k = min(topk, self.num_passages)
-        results: list[list[Hit]] = [[] for _ in queries]
+        results: list[ScoredRows] = [[] for _ in queries]
         tokens = bm25s.tokenize(
             queries, stopwords=self.params["stopwords"], stemmer=self._stemmer, return_ids=False, show_progress=False
         )
@@ -112,12 +124,10 @@ class BM25Retriever:
             [tokens[i] for i in known], k=k, show_progress=False, n_threads=self.n_threads
         )
         for position, query_index in enumerate(known):
-            hits = []
+            found = []
             for row, score in zip(rows[position].tolist(), scores[position].tolist()):
                 if score <= 0.0:
                     break
-                hits.append(Hit(passage=self.corpus.get(int(row)), score=float(score)))
-            results[query_index] = hits
+                found.append((int(row), float(score)))
+            results[query_index] = found
         return results
-
-

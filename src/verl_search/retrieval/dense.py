@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from verl_search.retrieval.base import Hit
+from verl_search.retrieval.base import Hit, ScoredRows, hits_of_rows
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.encoder import SentenceEncoder
 from verl_search.retrieval.manifest import IndexMismatchError
@@ -106,8 +106,12 @@ class DenseRetriever:
 
     def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
         """Top-`topk` passages for each query (see `Retriever.search`); inner-product scores."""
-        return search_encoded(queries, topk, self.encoder.encode_queries,
-                              lambda vectors, k: search_faiss(self.index, vectors, k), self.corpus)
+        return [hits_of_rows(self.corpus, rows) for rows in self.search_rows(queries, topk)]
+
+    def search_rows(self, queries: list[str], topk: int) -> list[ScoredRows]:
+        """Like `search`, but `(corpus row, inner product)` pairs, no passage looked up (`search_encoded_rows`)."""
+        return search_encoded_rows(queries, topk, self.encoder.encode_queries,
+                                   lambda vectors, k: search_faiss(self.index, vectors, k))
 
 
 def search_faiss(index, vectors: np.ndarray, topk: int, first_row: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -151,16 +155,27 @@ def search_encoded(
     Raises:
         ValueError: if `topk < 1`.
     """
+    return [hits_of_rows(corpus, rows) for rows in search_encoded_rows(queries, topk, encode, search_vectors)]
+
+
+def search_encoded_rows(
+    queries: list[str],
+    topk: int,
+    encode: Callable[[list[str]], np.ndarray],
+    search_vectors: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]],
+) -> list[ScoredRows]:
+    """`search_encoded` without the passage lookup: per query, at most `topk` `(corpus row, score)`
+    pairs, best first (`[]` for a blank query). Raises ValueError if `topk < 1`."""
     if topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
-    results: list[list[Hit]] = [[] for _ in queries]
+    results: list[ScoredRows] = [[] for _ in queries]
     live = [i for i, query in enumerate(queries) if query.strip()]
     if not live:
         return results
     scores, rows = search_vectors(encode([queries[i] for i in live]), topk)
     for position, query_index in enumerate(live):
         results[query_index] = [
-            Hit(passage=corpus.get(int(row)), score=float(score))
+            (int(row), float(score))
             for row, score in zip(rows[position].tolist(), scores[position].tolist())
             if row >= 0
         ]

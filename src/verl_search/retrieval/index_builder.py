@@ -52,8 +52,8 @@ class BuildOptions:
     """Options of `build_index`.
 
     Attributes:
-        retriever: `"bm25"` or `"dense"`.
-        encoder: encoder folder (dense only).
+        retriever: `"bm25"`, `"dense"` or `"hybrid"` (both in one folder, one manifest; `retrieval.hybrid`).
+        encoder: encoder folder (dense and hybrid).
         faiss_factory: faiss factory string, e.g. `"Flat"` (exact, default), `"HNSW64"`,
             `"IVF4096,PQ64"`; always inner-product metric.
         batch_size: passages per encoder forward pass.
@@ -70,7 +70,8 @@ class BuildOptions:
             vectors are split into `shards` parts instead of encoding the corpus again.
     """
 
-    retriever: Literal["bm25", "dense"] = field(default="bm25", metadata={"help": "index kind"})
+    retriever: Literal["bm25", "dense", "hybrid"] = field(default="bm25", metadata={
+        "help": "index kind (hybrid: BM25 and dense over one corpus, one folder, fused at serve time)"})
     encoder: str | None = field(default=None, metadata={
         "help": "dense: sentence-transformers / Hugging Face encoder folder"})
     faiss_factory: str = field(default="Flat", metadata={
@@ -111,12 +112,12 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
     """
     corpus_path = Path(corpus_path).resolve()
     out_dir = Path(out_dir).resolve()
-    if options.retriever not in ("bm25", "dense"):
-        raise ValueError(f"retriever must be 'bm25' or 'dense', got {options.retriever!r}")
-    if options.retriever == "dense" and not options.encoder:
-        raise ValueError("a dense index needs --encoder PATH (a sentence-transformers or Hugging Face folder)")
+    if options.retriever not in ("bm25", "dense", "hybrid"):
+        raise ValueError(f"retriever must be 'bm25', 'dense' or 'hybrid', got {options.retriever!r}")
+    if options.retriever != "bm25" and not options.encoder:
+        raise ValueError(f"a {options.retriever} index needs --encoder PATH (a sentence-transformers or Hugging Face folder)")
     if options.retriever == "bm25" and (options.shards != 1 or options.from_faiss):
-        raise ValueError("--shards and --from-faiss apply to dense indexes only (pass --retriever dense)")
+        raise ValueError("--shards and --from-faiss apply to dense and hybrid indexes only (pass --retriever dense)")
     if not corpus_path.is_file():
         raise FileNotFoundError(f"corpus {corpus_path} does not exist")
     if out_dir.exists() and not options.overwrite:
@@ -138,6 +139,10 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
             manifest = Manifest(retriever="bm25", corpus=corpus, bm25=params)
         else:
             manifest = _build_dense(corpus_path, corpus, offsets, partial, options)
+            if options.retriever == "hybrid":  # the BM25 half beside the dense one, over the same rows
+                manifest.retriever = "hybrid"
+                manifest.bm25 = build_bm25((p.contents for p in iter_passages(corpus_path)), partial / BM25_DIR,
+                                           DEFAULT_BM25_PARAMS)
         manifest.write(partial)
         _publish(partial, out_dir)
     except BaseException as exc:

@@ -27,6 +27,8 @@ from verl_search.env import read_env
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.corpus import JsonlCorpus, file_sha256, scan_corpus
 from verl_search.retrieval.encoder import EncoderSettings
+from verl_search.retrieval.hybrid import HybridOptions
+from verl_search.retrieval.rerank import RerankOptions
 from verl_search.retrieval.manifest import (
     BM25_DIR,
     FAISS_NAME,
@@ -47,7 +49,8 @@ class IndexSpec:
     """Everything needed to load a retriever, already checked.
 
     Attributes:
-        kind: `"bm25"` or `"dense"`.
+        kind: `"bm25"`, `"dense"` or `"hybrid"`: what `load` builds (`select` serves one half of a
+            hybrid index).
         index_path: the index folder, or the faiss file for the Search-R1 layout.
         corpus_path: the JSONL corpus.
         offsets_path: its offset table (`.npy`), or `None` to compute it.
@@ -56,6 +59,8 @@ class IndexSpec:
         use_gpu: `None` = GPUs when faiss sees some (see `load_faiss_index`).
         encoder_threads: CPU threads of the query encoder (`SentenceEncoder(threads=...)`;
             default the runtime's own).
+        hybrid: how a hybrid index fuses (default `HybridOptions()`).
+        rerank: the rerank stage (`None`, or no `rerank.reranker`: none).
     """
 
     kind: str
@@ -66,6 +71,22 @@ class IndexSpec:
     manifest: Manifest | None = None
     use_gpu: bool | None = None
     encoder_threads: int | None = None
+    hybrid: HybridOptions | None = None
+    rerank: RerankOptions | None = None
+
+    def select(self, retriever: str | None) -> None:
+        """Serve `retriever` (`"bm25"`, `"dense"` or `"hybrid"`) of this index; `None` keeps the manifest's.
+        A hybrid index serves either half alone.
+
+        Raises:
+            IndexMismatchError: the index does not hold that retriever, naming what it holds.
+        """
+        if retriever is None or retriever == self.kind:
+            return
+        if self.kind != "hybrid" or retriever not in ("bm25", "dense"):
+            raise IndexMismatchError(f"--retriever {retriever}: index {self.index_path} is a {self.kind} index; "
+                                     f"build a {retriever} or hybrid index with `verl-search index build --retriever`")
+        self.kind = retriever
 
     def fingerprint(self) -> str:
         """A SHA-256 hex digest naming what this index answers with (the query cache's key part).
@@ -81,6 +102,9 @@ class IndexSpec:
             parts = [self.index_path, self.corpus_path]
             raw = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in parts).encode()
             raw += repr(self.encoder).encode() + encoder_fingerprint(self.encoder.path).encode()
+        raw += f"|{self.kind}|{self.hybrid!r}|{self.rerank!r}".encode()  # the half served, fusion, rerank stage
+        if self.rerank is not None and self.rerank.reranker:
+            raw += encoder_fingerprint(self.rerank.reranker).encode()
         return hashlib.sha256(raw).hexdigest()
 
     @property
@@ -120,19 +144,39 @@ class IndexSpec:
 
     def load(self) -> Retriever:
         """Load the retriever (slow: reads the index, loads the encoder); a sharded index loads
-        every shard into this process (`ShardedDenseRetriever`).
+        every shard into this process (`ShardedDenseRetriever`); a hybrid index both halves
+        (`HybridRetriever`); with `rerank.reranker` set, the cross-encoder around it (`RerankingRetriever`).
 
         Raises:
             ValueError: if the index, encoder and corpus disagree (dimension, number of rows), or
                 (IndexMismatchError) the encoder backend is not the one that built the index and
                 its passage embeddings differ from the index's (`verify_backend`).
+            FileNotFoundError: the reranker folder is not a model folder.
         """
         corpus = self.load_corpus()
         if self.kind == "bm25":
-            from verl_search.retrieval.bm25 import BM25Retriever
+            retriever = self._load_bm25(corpus)
+        elif self.kind == "hybrid":
+            from verl_search.retrieval.hybrid import HybridRetriever
 
-            params = self.manifest.bm25 if self.manifest else None
-            return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
+            retriever = HybridRetriever(self._load_bm25(corpus), self._load_dense(corpus), self.hybrid)
+        else:
+            retriever = self._load_dense(corpus)
+        if self.rerank is not None and self.rerank.reranker:
+            from verl_search.retrieval.rerank import CrossEncoderReranker, RerankingRetriever
+
+            reranker = CrossEncoderReranker(self.rerank.reranker, batch_size=self.rerank.rerank_batch_size,
+                                            max_length=self.rerank.rerank_max_length)
+            retriever = RerankingRetriever(retriever, reranker, self.rerank.rerank_candidates)
+        return retriever
+
+    def _load_bm25(self, corpus: JsonlCorpus):
+        from verl_search.retrieval.bm25 import BM25Retriever
+
+        params = self.manifest.bm25 if self.manifest else None
+        return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
+
+    def _load_dense(self, corpus: JsonlCorpus):
         from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
 
         encoder = self.load_encoder(corpus)
@@ -200,7 +244,8 @@ def resolve_index(
         )
     if verify_corpus and file_sha256(corpus_path) != manifest.corpus.sha256:
         raise IndexMismatchError(f"corpus {corpus_path} has another SHA-256 than the index's corpus; rebuild the index")
-    index_files = [BM25_DIR] if manifest.retriever == "bm25" else [s.file for s in manifest.shards or []] or [FAISS_NAME]
+    faiss_files = [s.file for s in manifest.shards or []] or [FAISS_NAME]
+    index_files = {"bm25": [BM25_DIR], "dense": faiss_files}.get(manifest.retriever, [BM25_DIR, *faiss_files])
     for name in [OFFSETS_NAME, *index_files]:
         if not (index_path / name).exists():
             raise FileNotFoundError(
@@ -214,7 +259,7 @@ def resolve_index(
         manifest=manifest,
         use_gpu=use_gpu,
     )
-    if manifest.retriever == "dense":
+    if manifest.retriever in ("dense", "hybrid"):
         built = manifest.encoder
         encoder_path = Path(encoder or built.path)
         if not encoder_path.is_dir():

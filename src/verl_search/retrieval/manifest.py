@@ -1,7 +1,7 @@
 """`manifest.json`: what an index folder holds and what it was built from.
 
 An index folder written by `verl-search index build` holds `manifest.json` plus the retriever's
-files (`bm25/` for BM25, `faiss.index` for dense) and `corpus.offsets.npy` (the corpus offset
+files (`bm25/` for BM25, `faiss.index` for dense, both for hybrid) and `corpus.offsets.npy` (the corpus offset
 table). The manifest records the corpus (path, size in bytes, SHA-256, number of passages) and,
 for dense indexes, the encoder, its embedding dimension, prefixes and the faiss factory string,
 so that `serve` can refuse an index served with the wrong encoder or the wrong corpus.
@@ -74,10 +74,11 @@ class ShardInfo:
 
 @dataclass
 class Manifest:
-    """Contents of `manifest.json`. `retriever` is `"bm25"` or `"dense"`; `shards` lists the parts of
-    a sharded dense index (`index build --shards N`), `None` for one `faiss.index`."""
+    """Contents of `manifest.json`. `retriever` is `"bm25"`, `"dense"` or `"hybrid"` (both over one
+    corpus: `bm25/` and the faiss file(s), `encoder` and `bm25` both set; `retrieval.hybrid`); `shards`
+    lists the parts of a sharded dense index (`index build --shards N`), `None` for one `faiss.index`."""
 
-    retriever: Literal["bm25", "dense"]
+    retriever: Literal["bm25", "dense", "hybrid"]
     corpus: CorpusInfo
     encoder: EncoderInfo | None = None
     faiss_factory: str | None = None

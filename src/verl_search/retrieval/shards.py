@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from verl_search.retrieval.base import Hit
+from verl_search.retrieval.base import Hit, ScoredRows
 from verl_search.retrieval.corpus import JsonlCorpus
-from verl_search.retrieval.dense import require_faiss, search_encoded, search_faiss
+from verl_search.retrieval.dense import require_faiss, search_encoded, search_encoded_rows, search_faiss
 from verl_search.retrieval.encoder import SentenceEncoder
 from verl_search.retrieval.manifest import FAISS_NAME, ShardInfo
 
@@ -188,3 +188,8 @@ class ShardedDenseRetriever:
         """Top-`topk` passages for each query over all shards (see `Retriever.search`)."""
         return search_encoded(queries, topk, self.encoder.encode_queries,
                               lambda vectors, k: merge_topk(self.search_shards(vectors, k), k), self.corpus)
+
+    def search_rows(self, queries: list[str], topk: int) -> list[ScoredRows]:
+        """Like `search`, but `(corpus row, score)` pairs, no passage looked up (hybrid fusion)."""
+        return search_encoded_rows(queries, topk, self.encoder.encode_queries,
+                                   lambda vectors, k: merge_topk(self.search_shards(vectors, k), k))

@@ -21,11 +21,14 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from verl_search.exits import configure_logging, exit_code
 from verl_search.options import add_arguments, build
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.encoder import EncoderBackend
+from verl_search.retrieval.hybrid import HybridOptions
+from verl_search.retrieval.rerank import RerankOptions
 from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -49,6 +52,8 @@ class ServeOptions:
         encoder_threads: dense on CPU: threads of the query encoder, torch's or OpenVINO's (default:
             the runtime's own, one per core); >= 1, else ValueError before the port is bound.
         log_level: uvicorn's log level (default `info`).
+        retriever: which retriever of the index to serve (default: the manifest's); a hybrid index
+            (`index build --retriever hybrid`) also serves its `bm25` or `dense` half alone.
     """
 
     index: str = field(metadata={"help": "index folder, or a faiss file (Search-R1 layout)"})
@@ -67,6 +72,8 @@ class ServeOptions:
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
     drain_timeout: float = field(default=30.0, metadata={
         "help": "seconds to let in-flight requests finish after SIGTERM before exiting"})
+    retriever: Literal["bm25", "dense", "hybrid"] | None = field(default=None, metadata={
+        "help": "retriever of the index to serve (default: the manifest's; a hybrid index also serves bm25 or dense alone)"})
 
 
 @dataclass
@@ -154,10 +161,13 @@ def add_serve_arguments(parser) -> None:
     """Add the flags of `ServeOptions` and `ServerSettings` to an argparse parser."""
     add_arguments(parser, ServeOptions)
     add_arguments(parser.add_argument_group("limits and batching (ServerSettings)"), ServerSettings)
+    add_arguments(parser.add_argument_group("hybrid index: fusion (HybridOptions)"), HybridOptions)
+    add_arguments(parser.add_argument_group("rerank stage (RerankOptions)"), RerankOptions)
     add_arguments(parser.add_argument_group("Ray Serve (RayOptions; pip install \"verl-search[ray]\")"), RayOptions)
 
 
-def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
+def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid: HybridOptions | None = None,
+          rerank: RerankOptions | None = None) -> int:
     """Serve until stopped (SIGTERM/SIGINT drain first, see the module docstring); return the exit
     code: 0, or 1 if the index failed to load.
 
@@ -179,6 +189,12 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None) -> int:
     if options.encoder_threads is not None and options.encoder_threads < 1:
         raise ValueError(f"--encoder-threads must be >= 1, got {options.encoder_threads}")
     spec.encoder_threads = options.encoder_threads
+    spec.select(options.retriever)
+    spec.hybrid, spec.rerank = hybrid, rerank
+    if rerank is not None and rerank.reranker:
+        from verl_search.retrieval.manifest import encoder_fingerprint
+
+        encoder_fingerprint(rerank.reranker)  # a folder with config.json, or FileNotFoundError before the port is bound
     failed: list[BaseException] = []
 
     def stop_on_failure(exc: BaseException) -> None:
@@ -201,14 +217,17 @@ def serve_from_args(args: argparse.Namespace) -> int:
     """`serve` with the options and settings parsed by a parser that `add_serve_arguments` built;
     `--ray` deploys with Ray Serve (`server.ray_serve.serve_with_ray`)."""
     ray_options = build(RayOptions, args)
+    hybrid, rerank, options = build(HybridOptions, args), build(RerankOptions, args), build(ServeOptions, args)
+    if ray_options.ray and (rerank.reranker or options.retriever or hybrid != HybridOptions()):
+        raise ValueError("--reranker, --retriever and the fusion flags are not available with --ray; serve without --ray")
     if ray_options.ray:
         from verl_search.extras import require_extra
 
         require_extra("ray")
         from verl_search.server.ray_serve import serve_with_ray
 
-        return serve_with_ray(build(ServeOptions, args), build(ServerSettings, args), ray_options)
-    return serve(build(ServeOptions, args), build(ServerSettings, args))
+        return serve_with_ray(options, build(ServerSettings, args), ray_options)
+    return serve(options, build(ServerSettings, args), hybrid, rerank)
 
 
 def main(argv: list[str] | None = None) -> int:
