@@ -68,6 +68,25 @@ def dense_index(index_root, minilm_path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory, minilm_path) -> Path:
+    """A sentence-transformers CrossEncoder folder: a random BERT (2 layers, hidden 32, one label, identity
+    activation, as ms-marco cross-encoders) with the real MiniLM tokenizer. No cross-encoder weights can be
+    downloaded here; its scores mean nothing, but they are real `CrossEncoder.predict` scores."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    folder = tmp_path_factory.mktemp("tiny_cross_encoder")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=1, initializer_range=0.5)
+    config.sentence_transformers = {"activation_fn": "torch.nn.modules.linear.Identity"}
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def bm25_retriever(bm25_index):
     from verl_search.retrieval.loader import resolve_index
 

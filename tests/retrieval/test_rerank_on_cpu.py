@@ -1,8 +1,8 @@
 """The rerank stage with a real sentence-transformers CrossEncoder.
 
-No cross-encoder weights can be downloaded here, so the test builds a tiny randomly initialised one
-(BERT, 2 layers, hidden 32) with the real MiniLM tokenizer; its scores mean nothing, which is what
-makes them a check: they reorder BM25's candidates, and the order must be exactly the one
+No cross-encoder weights can be downloaded here, so the tests use a tiny randomly initialised one
+(conftest's `tiny_cross_encoder`: BERT, 2 layers, hidden 32, the real MiniLM tokenizer); its scores
+mean nothing, which is what makes them a check: they reorder BM25's candidates, and the order must be exactly the one
 sentence-transformers' own `CrossEncoder.predict` gives.
 """
 
@@ -11,23 +11,6 @@ import pytest
 from verl_search.retrieval.rerank import CrossEncoderReranker, RerankingRetriever, RerankOptions, pair_text
 
 QUERIES = ["Lilu mythology masculine Akkadian spirit", "Who directed Inception?", "capital of France", ""]
-
-
-@pytest.fixture(scope="session")
-def tiny_cross_encoder(tmp_path_factory, minilm_path):
-    """A CrossEncoder folder: random BERT (2 layers, hidden 32, one label, identity activation) + MiniLM's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    folder = tmp_path_factory.mktemp("tiny_cross_encoder")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=1, initializer_range=0.5)
-    config.sentence_transformers = {"activation_fn": "torch.nn.modules.linear.Identity"}  # raw logits, as ms-marco's
-    torch.manual_seed(0)
-    BertForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 class CountingReranker(CrossEncoderReranker):
