@@ -82,7 +82,8 @@ def _add_train_arguments(train) -> None:
 
 
 def _add_config_path_arguments(paths) -> None:
-    paths.add_argument("name", choices=["tool", "agent-loop"], help="tool: SearchTool config; agent-loop: agent loops")
+    paths.add_argument("name", choices=["tool", "access-tool", "agent-loop"],
+                       help="tool: SearchTool config; access-tool: SearchTool + AccessTool; agent-loop: agent loops")
 
 
 #: sub-command -> (help, function adding its arguments); the functions import their option classes

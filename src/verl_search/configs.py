@@ -10,12 +10,14 @@ from importlib import resources
 
 SHIPPED = {
     "tool": ("verl_search.tool_configs", "search_tool_config.yaml"),
+    "access-tool": ("verl_search.tool_configs", "access_tool_config.yaml"),  # SearchTool + AccessTool
     "agent-loop": ("verl_search.agent_loop", "agent_loops.yaml"),
 }
 
 
 def config_path(name: str) -> str:
-    """Absolute path of a shipped config: `"tool"` (SearchTool YAML) or `"agent-loop"`.
+    """Absolute path of a shipped config: `"tool"` (SearchTool YAML), `"access-tool"`
+    (SearchTool and AccessTool) or `"agent-loop"`.
 
     Raises:
         KeyError: on an unknown name (lists the known ones).

@@ -58,11 +58,16 @@ OBSERVATION_SUFFIX = "</information>\n\n"
 TRUNCATION_MARK = " ...(truncated)"
 #: the observation of a search that failed: `SEARCH_FAILED_PREFIX + reason`
 SEARCH_FAILED_PREFIX = "search failed: "
+#: the observation of a page access that failed (the `access` tool): `ACCESS_FAILED_PREFIX + reason`
+ACCESS_FAILED_PREFIX = "access failed: "
 
 # --- trajectory fields (verl `extra_fields`, the reward's `extra_info`) --------------------------
 NUM_SEARCHES = "num_searches"  #: int, search calls made (failed ones included)
 FAILED_SEARCHES = "failed_searches"  #: int, search calls that failed
 SEARCH_ERRORS = "search_errors"  #: list[str], the reason of each failed call
+NUM_ACCESSES = "num_accesses"  #: int, page-access calls made (the `access` tool; failed ones included)
+FAILED_ACCESSES = "failed_accesses"  #: int, page-access calls that failed
+ACCESS_ERRORS = "access_errors"  #: list[str], the reason of each failed page access
 INVALID_ACTIONS = "invalid_actions"  #: int, tag-protocol turns with neither a search nor an answer
 ANSWERED = "answered"  #: bool, the model wrote an answer
 TURNS = "turns"  #: list[dict], one record per model turn (tag-protocol agent loop)

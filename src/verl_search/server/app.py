@@ -7,7 +7,8 @@ waits for `/health` never starts against a half-loaded server. `POST /retrieve` 
 `_RetrieveRoute` middleware (503 unless ready; the body is validated by `parse_retrieve_request`),
 ahead of FastAPI's routing; the FastAPI route runs the same handler and documents it.
 
-Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, and the
+Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, `POST /access`
+(page access by id or title, when `create_app` gets `pages`; see `server.access`), and the
 OpenAPI page at `/docs`.
 
 Under faults: a request whose client disconnects before its batch runs is dropped unsearched (the
@@ -35,6 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from verl_search.retrieval.base import Retriever
+from verl_search.server.access import CorpusPages, add_access_route
 from verl_search.server.batcher import MicroBatcher
 from verl_search.server.cache import QueryCache
 from verl_search.server.schemas import HealthResponse, RetrieveRequest, RetrieveResponse, encode_retrieve_response
@@ -212,7 +214,31 @@ def _json_safe(value, limit: int = 200):
     return _json_safe(repr(value), limit)
 
 
-async def _validation_error(request: Request | None, exc: RequestValidationError) -> Response:
+def check_retrieve_limits(body: RetrieveRequest, settings: ServerSettings) -> int:
+    """The `topk` of a parsed `/retrieve` body (the server's default when omitted), within `settings`.
+
+    Raises:
+        HTTPException: 422 naming the field when `topk`, the number of queries or a query's length
+            is above the server's limit.
+    """
+    topk = settings.default_topk if body.topk is None else body.topk
+    if topk > settings.max_topk:
+        raise _unprocessable("topk", f"topk is {topk}; this server allows at most max_topk={settings.max_topk}")
+    if len(body.queries) > settings.max_queries:
+        raise _unprocessable(
+            "queries",
+            f"{len(body.queries)} queries in one request; at most max_queries={settings.max_queries}: split the request",
+        )
+    for position, query in enumerate(body.queries):
+        if len(query) > settings.max_query_chars:
+            raise _unprocessable(
+                "queries",
+                f"queries[{position}] has {len(query)} characters; at most max_query_chars={settings.max_query_chars}",
+            )
+    return topk
+
+
+async def validation_error(request: Request | None, exc: RequestValidationError) -> Response:
     """FastAPI's 422 body (`{"detail": [{"loc", "msg", "type", "input", ...}]}`), but never a 500:
     the echoed input may hold NaN, infinities or lone surrogates, which FastAPI's own handler
     cannot encode. Encoded as ASCII JSON (surrogates as `\\udXXX` escapes)."""
@@ -226,6 +252,7 @@ def create_app(
     on_load_failure: Callable[[BaseException], None] | None = None,
     fingerprint: str = "",
     health_extras: Callable[[], dict] | None = None,
+    pages: CorpusPages | None = None,
 ) -> FastAPI:
     """Build the retrieval app.
 
@@ -238,6 +265,8 @@ def create_app(
         health_extras: returns fields added to `GET /health` (run in a worker thread; Ray Serve
             replicas add the replicas up, see `server.ray_serve`); an exception there is logged and
             the fields are left out.
+        pages: the served corpus's pages, for `POST /access` (`server.access`; filled by the loader);
+            None: no `/access` route.
 
     Returns:
         a FastAPI app; serve it with uvicorn.
@@ -259,7 +288,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
 
     def get_batcher() -> MicroBatcher:
         """The service's batcher; HTTP 503 (+ `Retry-After`) while loading, after a failed load, or
@@ -279,7 +308,7 @@ def create_app(
         except HTTPException as exc:
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
         except RequestValidationError as exc:
-            return await _validation_error(None, exc)
+            return await validation_error(None, exc)
 
     async def search(scope, receive) -> Response:
         batcher = get_batcher()
@@ -287,20 +316,7 @@ def create_app(
         if raw is None:  # the client gave up before sending its body
             return Response(status_code=499)
         body = parse_retrieve_request(raw)
-        topk = settings.default_topk if body.topk is None else body.topk
-        if topk > settings.max_topk:
-            raise _unprocessable("topk", f"topk is {topk}; this server allows at most max_topk={settings.max_topk}")
-        if len(body.queries) > settings.max_queries:
-            raise _unprocessable(
-                "queries",
-                f"{len(body.queries)} queries in one request; at most max_queries={settings.max_queries}: split the request",
-            )
-        for position, query in enumerate(body.queries):
-            if len(query) > settings.max_query_chars:
-                raise _unprocessable(
-                    "queries",
-                    f"queries[{position}] has {len(query)} characters; at most max_query_chars={settings.max_query_chars}",
-                )
+        topk = check_retrieve_limits(body, settings)
         service.in_flight += 1
         try:
             if service.cache.enabled:
@@ -318,6 +334,8 @@ def create_app(
         return Response(content, media_type="application/json", headers={"Server-Timing": timing})
 
     app.add_middleware(_RetrieveRoute, handler=answer)
+    if pages is not None:
+        add_access_route(app, service, pages)
 
     @app.post(RETRIEVE_PATH, response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI)
     async def retrieve(request: Request):

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 
 class RetrieveRequest(BaseModel):
@@ -100,6 +100,80 @@ def parse_retrieve_response(body: bytes | str | dict, num_queries: int) -> list[
     if not isinstance(result, list) or len(result) != num_queries:
         raise ValueError(f"expected 'result' with {num_queries} lists of documents")
     return [[hit.get("document", hit) for hit in row] for row in result]
+
+
+#: the fields of an `/access` request, each a list of strings; exactly one is given
+ACCESS_FIELDS = ("ids", "titles", "urls")
+
+
+class AccessRequest(BaseModel):
+    """Body of `POST /access`: exactly one of `ids`, `titles` or `urls`, a non-empty list of strings.
+
+    * `ids`: passage ids as `/retrieve` returns them (`document.id`); each answer is that passage.
+      On the web backend an id is the page's URL, so `ids` and `urls` are the same.
+    * `titles`: corpus titles (quotes, case and spacing do not matter); each answer is the whole
+      page: every passage of that title, in corpus order. Index backend only.
+    * `urls`: web pages to read (web backend only), as ASearcher's `/access` takes them.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[StrictStr] | None = Field(default=None, min_length=1, description="Passage ids (web: URLs).")
+    titles: list[StrictStr] | None = Field(default=None, min_length=1, description="Page titles (index backend).")
+    urls: list[StrictStr] | None = Field(default=None, min_length=1, description="Page URLs (web backend).")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "AccessRequest":
+        given = [name for name in ACCESS_FIELDS if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f'give exactly one of "ids", "titles" or "urls" (a list of strings); got {given or "none"}')
+        return self
+
+    @property
+    def field(self) -> str:
+        """The name of the field given."""
+        return next(name for name in ACCESS_FIELDS if getattr(self, name) is not None)
+
+    @property
+    def values(self) -> list[str]:
+        return getattr(self, self.field)
+
+
+class PageDocument(BaseModel):
+    """One page of an `/access` answer.
+
+    Attributes:
+        id: the first passage's id (web: the URL).
+        title: the title, without quotes.
+        contents: `"Title"` on the first line, then the text (the passages of a page one per line).
+        url: the page's URL (web backend), else None.
+        passage_ids: the ids of the passages joined in `contents`, in order.
+    """
+
+    id: str
+    title: str
+    contents: str
+    url: str | None = None
+    passage_ids: list[str] = Field(default_factory=list)
+
+
+class AccessResponse(BaseModel):
+    """Body of an `/access` answer: `result[i]` is the page of the request's `i`-th value."""
+
+    result: list[PageDocument]
+
+
+def parse_access_response(body: bytes | str | dict, num_values: int) -> list[dict]:
+    """The pages of an `AccessResponse` body (the client's side), as `PageDocument` dicts.
+
+    Raises:
+        ValueError: the body is not JSON, or has no `result` with `num_values` pages.
+    """
+    payload = orjson.loads(body) if isinstance(body, (bytes, str)) else body
+    result = payload.get("result") if isinstance(payload, dict) else None
+    if not isinstance(result, list) or len(result) != num_values:
+        raise ValueError(f"expected 'result' with {num_values} pages")
+    return [PageDocument.model_validate(page).model_dump() for page in result]
 
 
 class HealthResponse(BaseModel):

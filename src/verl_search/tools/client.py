@@ -1,4 +1,5 @@
-"""Async client of the `/retrieve` service, shared by `SearchTool` and the Search-R1 agent loop.
+"""Async client of the `/retrieve` and `/access` service, shared by `SearchTool`, `AccessTool` and the
+Search-R1 agent loop.
 
 One place for connection pooling, concurrency limits, retries, deadlines and failure handling:
 
@@ -11,7 +12,7 @@ One place for connection pooling, concurrency limits, retries, deadlines and fai
 * retries with exponential backoff and full jitter on connection errors, timeouts and HTTP 5xx,
   never on 4xx (a bad request stays bad), and never past `deadline` seconds for the whole call
   (the old verl tool retried up to 10 times linearly with blocking `requests`: about 345 s);
-* `search` never raises for a network or server failure: it returns a `SearchOutcome` with `error`
+* `search` and `access` never raise for a network or server failure: it returns a `SearchOutcome` with `error`
   set, which callers turn into an observation (`search failed: ...`) and a metric.
 """
 
@@ -23,14 +24,23 @@ import logging
 import random
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import aiohttp
 
 from verl_search.env import DEFAULT_URL
-from verl_search.protocol import DEFAULT_TOPK, FAILED_SEARCHES, NUM_SEARCHES, SEARCH_ERRORS
-from verl_search.server.schemas import RetrieveRequest, parse_retrieve_response
+from verl_search.protocol import (
+    ACCESS_ERRORS,
+    DEFAULT_TOPK,
+    FAILED_ACCESSES,
+    FAILED_SEARCHES,
+    NUM_ACCESSES,
+    NUM_SEARCHES,
+    SEARCH_ERRORS,
+)
+from verl_search.server.schemas import AccessRequest, RetrieveRequest, parse_access_response, parse_retrieve_response
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +58,8 @@ class SearchClientConfig:
         max_concurrency: requests in flight per event loop and URL (default 64).
         backoff: first backoff in seconds, doubled each retry, full jitter (default 0.2).
         max_backoff: cap of one backoff, in seconds (default 2).
+        access_service_url: the `/access` endpoint (the `access` tool); default: the retrieval URL
+            with its last path segment `retrieve` replaced by `access`.
     """
 
     retrieval_service_url: str = DEFAULT_URL
@@ -58,6 +70,7 @@ class SearchClientConfig:
     max_concurrency: int = 64
     backoff: float = 0.2
     max_backoff: float = 2.0
+    access_service_url: str | None = None
 
     def __post_init__(self):
         checks = {
@@ -78,6 +91,14 @@ class SearchClientConfig:
                 "http://127.0.0.1:8000/retrieve"
             )
 
+    @property
+    def access_url(self) -> str:
+        """The `/access` endpoint: `access_service_url`, or the retrieval URL ending in `/access`."""
+        if self.access_service_url:
+            return self.access_service_url
+        base, _, last = self.retrieval_service_url.rstrip("/").rpartition("/")
+        return f"{base}/access" if last == "retrieve" else f"{self.retrieval_service_url.rstrip('/')}/access"
+
     @classmethod
     def from_dict(cls, config: dict) -> "SearchClientConfig":
         """Pick this class's keys out of a larger config dict (other keys are the caller's)."""
@@ -91,6 +112,7 @@ class SearchOutcome:
 
     Attributes:
         hits: per query, the documents as `{"id", "contents"}` dicts (empty on failure).
+        pages: `access` only: per value, its page (`server.schemas.PageDocument` dicts).
         error: `None` on success, else a short reason (`"HTTP 422: ..."`, `"timeout after 3 attempts"`).
         attempts: HTTP attempts made.
         latency: seconds the call took, retries included.
@@ -98,6 +120,7 @@ class SearchOutcome:
     """
 
     hits: list[list[dict]] = field(default_factory=list)
+    pages: list[dict] = field(default_factory=list)
     error: str | None = None
     attempts: int = 0
     latency: float = 0.0
@@ -158,11 +181,46 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
         a `SearchOutcome`; `outcome.hits[i]` are the documents of `queries[i]`.
     """
     started = time.monotonic()
-    deadline = started + config.deadline
     try:
         body = RetrieveRequest(queries=queries, topk=topk or config.topk, return_scores=False).model_dump()
     except ValueError as exc:
         return SearchOutcome(error=f"invalid query: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}")
+    outcome = await _post(config.retrieval_service_url, body, config, started,
+                          lambda payload: {"hits": parse_retrieve_response(payload, len(queries))})
+    if not outcome.ok:
+        logger.warning("search failed: %s", outcome.error)
+    return outcome
+
+
+async def access(field: str, values: list[str], config: SearchClientConfig) -> SearchOutcome:
+    """POST `{field: values}` to the service's `/access` (`config.access_url`); never raises on
+    network or server failure, with the same retries and deadline as `search`.
+
+    Args:
+        field: `ids`, `titles` or `urls` (see `server.schemas.AccessRequest`).
+        values: what to read (one request).
+        config: where and how to call.
+
+    Returns:
+        a `SearchOutcome`; `outcome.pages[i]` is the page of `values[i]` (`PageDocument` dicts).
+    """
+    started = time.monotonic()
+    try:
+        body = AccessRequest(**{field: values}).model_dump(exclude_none=True)
+    except ValueError as exc:
+        return SearchOutcome(error=f"invalid request: {exc}")
+    outcome = await _post(config.access_url, body, config, started,
+                          lambda payload: {"pages": parse_access_response(payload, len(values))})
+    if not outcome.ok:
+        logger.warning("access failed: %s", outcome.error)
+    return outcome
+
+
+async def _post(url: str, body: dict, config: SearchClientConfig, started: float,
+                parse: Callable[[bytes], dict]) -> SearchOutcome:
+    """POST `body` to `url` with `config`'s retries, backoff and deadline (counted from `started`,
+    a `time.monotonic()`); `parse(payload)` gives the outcome's fields of a 200 answer."""
+    deadline = started + config.deadline
     resources = await _resources(config)
     attempts, last_error = 0, "not attempted"
     async with resources.semaphore:
@@ -173,15 +231,15 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
             attempts += 1
             try:
                 timeout = aiohttp.ClientTimeout(total=min(config.timeout, remaining))
-                async with resources.client.post(config.retrieval_service_url, json=body, timeout=timeout) as response:
+                async with resources.client.post(url, json=body, timeout=timeout) as response:
                     payload = await response.read()
                 if response.status >= 500:
                     raise _Retryable(f"HTTP {response.status}: {payload[:200].decode(errors='replace')}")
                 if response.status != 200:
                     return SearchOutcome(error=f"HTTP {response.status}: {_detail(payload)}", attempts=attempts,
                                          latency=time.monotonic() - started)
-                return SearchOutcome(hits=parse_retrieve_response(payload, len(queries)), attempts=attempts,
-                                     latency=time.monotonic() - started, server_time=_server_time(response.headers))
+                return SearchOutcome(**parse(payload), attempts=attempts, latency=time.monotonic() - started,
+                                     server_time=_server_time(response.headers))
             except (aiohttp.ClientError, asyncio.TimeoutError, _Retryable) as exc:
                 last_error = _describe(exc)
             except ValueError as exc:  # unparseable body from something that is not our server
@@ -192,7 +250,6 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
                     break
                 await asyncio.sleep(pause)
     error = f"{last_error} ({attempts} attempt{'s' if attempts != 1 else ''}, deadline {config.deadline:g} s)"
-    logger.warning("search failed: %s", error)
     return SearchOutcome(error=error, attempts=attempts, latency=time.monotonic() - started)
 
 
@@ -231,10 +288,19 @@ def record_search(agent_data: Any, outcome: SearchOutcome) -> None:
     Keys (`verl_search.protocol`): `num_searches`, `failed_searches` (ints) and `search_errors`
     (list of reasons). Does nothing when `agent_data` has no `extra_fields`.
     """
+    _record(agent_data, outcome, NUM_SEARCHES, FAILED_SEARCHES, SEARCH_ERRORS)
+
+
+def record_access(agent_data: Any, outcome: SearchOutcome) -> None:
+    """Count a page access like `record_search`, under `num_accesses`, `failed_accesses`, `access_errors`."""
+    _record(agent_data, outcome, NUM_ACCESSES, FAILED_ACCESSES, ACCESS_ERRORS)
+
+
+def _record(agent_data: Any, outcome: SearchOutcome, calls: str, failed: str, errors: str) -> None:
     extra = getattr(agent_data, "extra_fields", None)
     if extra is None:
         return
-    extra[NUM_SEARCHES] = int(extra.get(NUM_SEARCHES, 0)) + 1
-    extra[FAILED_SEARCHES] = int(extra.get(FAILED_SEARCHES, 0)) + int(not outcome.ok)
+    extra[calls] = int(extra.get(calls, 0)) + 1
+    extra[failed] = int(extra.get(failed, 0)) + int(not outcome.ok)
     if not outcome.ok:
-        extra[SEARCH_ERRORS] = [*extra.get(SEARCH_ERRORS, []), outcome.error]
+        extra[errors] = [*extra.get(errors, []), outcome.error]

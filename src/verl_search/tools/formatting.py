@@ -14,17 +14,22 @@ fit are left out whole, and the text says how many were left out.
 from __future__ import annotations
 
 
-def format_passage(index: int, document: dict, max_chars: int | None = None) -> str:
+def format_passage(index: int, document: dict, max_chars: int | None = None, show_id: bool = False) -> str:
     """`Doc {index}(Title: {title}) {text}`; the text is cut to `max_chars` characters (then `...`).
+    With `show_id`, `Doc {index}(Title: {title}, id: {id}) {text}`: what the `access` tool reads a
+    page by (on the web backend the id is the page's URL).
 
     >>> format_passage(1, {"id": "7", "contents": '"Paris"\\nCapital of France.'})
     'Doc 1(Title: "Paris") Capital of France.'
+    >>> format_passage(1, {"id": "https://x.org/Paris", "contents": '"Paris"\\nCapital.'}, show_id=True)
+    'Doc 1(Title: "Paris", id: https://x.org/Paris) Capital.'
     """
     contents = document.get("contents", "")
     title, _, text = contents.partition("\n")
     if max_chars is not None and len(text) > max_chars:
         text = text[:max_chars].rstrip() + "..."
-    return f"Doc {index}(Title: {title}) {text}"
+    shown = f", id: {document.get('id', '')}" if show_id else ""
+    return f"Doc {index}(Title: {title}{shown}) {text}"
 
 
 def format_results(
@@ -32,6 +37,7 @@ def format_results(
     hits: list[list[dict]],
     max_chars_per_passage: int | None = None,
     max_observation_chars: int | None = None,
+    show_ids: bool = False,
 ) -> tuple[str, bool]:
     """Format the documents of one search call.
 
@@ -41,6 +47,7 @@ def format_results(
         max_chars_per_passage: cut each passage's text to this many characters (None: no cut).
         max_observation_chars: total budget in characters; whole passages beyond it are left out
             and a closing line says so (None: no budget).
+        show_ids: write each passage's id after its title (see `format_passage`).
 
     Returns:
         `(text, truncated)`.
@@ -48,7 +55,7 @@ def format_results(
     blocks = []
     for query, documents in zip(queries, hits):
         lines = [f'Results for "{query}":'] if len(queries) > 1 else []
-        lines += [format_passage(i + 1, doc, max_chars_per_passage) for i, doc in enumerate(documents)]
+        lines += [format_passage(i + 1, doc, max_chars_per_passage, show_ids) for i, doc in enumerate(documents)]
         if not documents:
             lines.append("No passages found.")
         blocks.append("\n".join(lines))

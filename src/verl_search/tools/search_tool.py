@@ -20,6 +20,7 @@ Config keys (all optional but the URL; units in brackets):
 | `max_queries` | 8 | queries accepted in one call |
 | `max_chars_per_passage` | none [characters] | cut each passage's text |
 | `max_observation_chars` | none [characters] | budget for the whole observation; whole passages are dropped, with a note. Keep it at or below verl's `multi_turn.max_tool_response_length`, which cuts blindly |
+| `show_ids` | false | write each passage's id after its title (`Doc 1(Title: "X", id: ...)`), for the `access` tool (`tools/access_tool.py`); on the web backend the id is the URL |
 
 Arguments the model passes: `query_list` (a list of strings), or `query` (one string). verl's
 schema model drops `items` from array parameters, so the types are checked here, in `execute`.
@@ -47,7 +48,7 @@ from verl_search.verl_compat import check_verl_version
 
 logger = logging.getLogger(__name__)
 
-TOOL_KEYS = {"type", "max_queries", "max_chars_per_passage", "max_observation_chars"}
+TOOL_KEYS = {"type", "max_queries", "max_chars_per_passage", "max_observation_chars", "show_ids"}
 
 DEFAULT_SCHEMA = {
     "type": "function",
@@ -107,15 +108,20 @@ class SearchTool(BaseTool):
         ValueError: on an unknown config key or a value out of range (naming it).
     """
 
+    #: config keys of the tool itself (the client's are `SearchClientConfig`'s fields)
+    tool_keys = TOOL_KEYS
+    #: the schema used when the YAML gives none
+    default_schema = DEFAULT_SCHEMA
+
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
         check_verl_version()  # BaseTool's interface is verl 0.9.1's
         # BaseTool.__init__ only sets these three attributes, and prints the schema to stdout.
         self.config = dict(config or {})
-        self.tool_schema = tool_schema or OpenAIFunctionToolSchema.model_validate(DEFAULT_SCHEMA)
+        self.tool_schema = tool_schema or OpenAIFunctionToolSchema.model_validate(self.default_schema)
         self.name = self.tool_schema.function.name
-        unknown = set(self.config) - TOOL_KEYS - {f for f in client.SearchClientConfig.__dataclass_fields__}
+        unknown = set(self.config) - self.tool_keys - {f for f in client.SearchClientConfig.__dataclass_fields__}
         if unknown:
-            raise ValueError(f"SearchTool config: unknown key(s) {sorted(unknown)}; see verl_search.tools.search_tool")
+            raise ValueError(f"{type(self).__name__} config: unknown key(s) {sorted(unknown)}; see {type(self).__module__}")
         self.client_config = client.SearchClientConfig.from_dict(self.config)
         self.max_queries = int(self.config.get("max_queries", 8))
         self.max_chars_per_passage = self.config.get("max_chars_per_passage")
@@ -149,7 +155,8 @@ class SearchTool(BaseTool):
         else:
             outcome = await client.search(queries, self.client_config, topk=topk)
         if outcome.ok:
-            text, truncated = format_results(queries, outcome.hits, self.max_chars_per_passage, self.max_observation_chars)
+            text, truncated = format_results(queries, outcome.hits, self.max_chars_per_passage, self.max_observation_chars,
+                                             bool(self.config.get("show_ids", False)))
         else:
             text, truncated = SEARCH_FAILED_PREFIX + outcome.error, False
         record_search(kwargs.get("agent_data"), outcome)
