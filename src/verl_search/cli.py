@@ -159,11 +159,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _recipe_checks_pass(recipe: str, overrides: list[str], then: str) -> bool:
+def _recipe_checks_pass(recipe: str, overrides: list[str], then: str, require_engine: bool = False) -> bool:
     """Run check-config; log each problem and a summary naming what happens `then`."""
     from verl_search.check_config import check_config
 
-    problems = check_config(recipe, overrides)
+    problems = check_config(recipe, overrides, require_engine=require_engine)
     for problem in problems:
         logger.error("%s", problem)
     if problems:
@@ -182,8 +182,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from verl_search.training.launch import run_training, train_overrides
 
     # check-config sets the shipped tool / agent-loop YAML paths itself while it composes
+    # on GPUs the rollout engine must be installed here (check-config alone only warns: it runs on laptops too)
     if not args.skip_check and not _recipe_checks_pass(args.recipe, train_overrides(args.overrides, args.cpu),
-                                                       "not training"):
+                                                       "not training", require_engine=not args.cpu):
         return 1
     with contextlib.ExitStack() as stack:
         url = args.retrieval_url

@@ -16,6 +16,12 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
              "the verl side (SearchTool, agent loop, eval, check-config, train)"),
     "dense": (("faiss", "sentence_transformers"), "dense retrieval (faiss + a sentence encoder)"),
     "ray": (("ray",), "serve --ray (Ray Serve replicas and index shards)"),
+    # GPU machines, two environments (faiss-gpu and the trainer's torch/CUDA stack conflict; docs/training.md):
+    # [dense-gpu] for the retrieval service, one of [vllm] / [sglang] / [megatron] for the trainer
+    "dense-gpu": (("faiss", "sentence_transformers"), "dense retrieval with faiss on GPUs (the retriever's environment)"),
+    "vllm": (("verl", "vllm"), "the trainer with vLLM rollout, at verl's pins (the trainer's environment)"),
+    "sglang": (("verl", "sglang"), "the trainer with SGLang rollout, at verl's pins (the trainer's environment)"),
+    "megatron": (("verl", "megatron", "vllm"), "the trainer on verl's Megatron backend with vLLM rollout"),
 }
 
 

@@ -1,6 +1,8 @@
 """`check-config` accepts every shipped recipe and rejects one broken recipe per failure it
 guards against. The tiny Qwen2 and the mini data stand in for the real model and data paths."""
 
+import importlib.util
+import logging
 import subprocess
 import sys
 
@@ -10,6 +12,7 @@ import pytest
 from tests.conftest import MINI_QA, REPO
 from verl_search.check_config import check_config
 from verl_search.data.preprocess import Source, build_rows, write_parquet
+from verl_search.extras import install_line
 
 RECIPES = sorted((REPO / "examples").glob("*/config.yaml"))
 TOOL_RECIPE = REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml"
@@ -31,13 +34,30 @@ def stand_ins(tiny_qwen, data_file):
 
 
 def test_shipped_recipes_exist():
-    assert {r.parent.name for r in RECIPES} == {"grpo_qwen2.5-3b-instruct_tool", "ppo_qwen2.5-3b-base_search_r1"}
+    assert {r.parent.name for r in RECIPES} == {"grpo_qwen2.5-3b-instruct_tool", "ppo_qwen2.5-3b-base_search_r1",
+                                                 "grpo_qwen2.5-3b-base_search_r1",
+                                                 "ppo_qwen2.5-3b-base_search_r1_megatron"}
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.parent.name)
 def test_every_shipped_recipe_passes(recipe, tiny_qwen, parquet):
     protocol = "tool" if "tool" in recipe.parent.name else "search_r1"
     assert check_config(recipe, stand_ins(tiny_qwen, parquet[protocol])) == []
+
+
+def test_megatron_recipe_composes_with_megatron_everywhere(tiny_qwen, parquet):
+    from verl_search.check_config import ENV_DEFAULTS, _environ_defaults
+    from verl_search.configs import config_path
+    from verl_search.eval.verl_config import compose_verl_config
+
+    recipe = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1_megatron" / "config.yaml"
+    with _environ_defaults({variable: config_path(name) for variable, name in ENV_DEFAULTS.items()}):
+        config = compose_verl_config(stand_ins(tiny_qwen, parquet["search_r1"]), recipe=recipe)
+    assert config.actor_rollout_ref.actor.strategy == config.critic.strategy == "megatron"
+    for engine in (config.actor_rollout_ref.actor.megatron, config.actor_rollout_ref.ref.megatron, config.critic.megatron):
+        assert (engine.tensor_model_parallel_size, engine.pipeline_model_parallel_size) == (2, 2)
+    # TP x PP divides the 8 GPUs: 2 data-parallel replicas
+    assert config.trainer.n_gpus_per_node % (2 * 2) == 0
 
 
 def rewrite(parquet_path, tmp_path, change):
@@ -95,3 +115,50 @@ def test_download_fails_fast_without_the_hub(tmp_path):
     offline = subprocess.run([sys.executable, "-m", "verl_search.cli", "download", "wiki18", "--out", str(tmp_path)],
                              capture_output=True, text=True, timeout=60, env={**env, "HF_HUB_OFFLINE": "1"})
     assert offline.returncode == 2 and "HF_HUB_OFFLINE is set" in offline.stderr
+
+
+# The rollout engine: vLLM and SGLang are not installed in the test venv, so the "not installed" branch runs
+# for real; the "installed" branch runs with verl's own replica registry and an engine whose package exists.
+def test_missing_engine_warns_in_check_config_and_fails_for_training(tiny_qwen, parquet, caplog):
+    from verl_search.check_config import ROLLOUT_ENGINES
+
+    assert importlib.util.find_spec("vllm") is None, "this test needs an environment without vLLM"
+    overrides = stand_ins(tiny_qwen, parquet["tool"]) + ["actor_rollout_ref.rollout.name=vllm"]
+    with caplog.at_level(logging.WARNING, logger="verl_search.check_config"):
+        assert check_config(TOOL_RECIPE, overrides) == []
+    assert install_line(ROLLOUT_ENGINES["vllm"][1]) in caplog.text
+    problems = check_config(TOOL_RECIPE, overrides, require_engine=True)
+    assert len(problems) == 1 and install_line("vllm") in problems[0]
+
+
+@pytest.mark.parametrize("registered, expected", [(True, None), (False, "verl's fake_engine rollout does not import")])
+def test_installed_engine_imports_verls_replica(registered, expected, tiny_qwen, parquet, monkeypatch):
+    from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
+
+    from verl_search import check_config as module
+
+    # an engine whose package is installed (transformers stands in for vllm's): verl's replica class must load
+    monkeypatch.setitem(module.ROLLOUT_ENGINES, "fake_engine", ("transformers", "vllm"))
+    if registered:
+        monkeypatch.setitem(RolloutReplicaRegistry._registry, "fake_engine", lambda: RolloutReplica)
+    overrides = stand_ins(tiny_qwen, parquet["tool"]) + ["actor_rollout_ref.rollout.name=fake_engine"]
+    problems = check_config(TOOL_RECIPE, overrides, require_engine=True)
+    if expected is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and expected in problems[0] and install_line("vllm") in problems[0]
+
+
+def test_an_installed_engine_whose_verl_module_fails_is_a_problem(tiny_qwen, parquet, monkeypatch):
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from verl_search import check_config as module
+
+    # verl's loader for the engine imports a module the installed engine lacks (a version verl does not support)
+    monkeypatch.setitem(module.ROLLOUT_ENGINES, "fake_engine", ("transformers", "sglang"))
+    monkeypatch.setitem(RolloutReplicaRegistry._registry, "fake_engine",
+                        lambda: importlib.import_module("transformers.no_such_engine_module"))
+    overrides = stand_ins(tiny_qwen, parquet["tool"]) + ["actor_rollout_ref.rollout.name=fake_engine"]
+    problems = check_config(TOOL_RECIPE, overrides)
+    assert len(problems) == 1 and "verl's fake_engine rollout does not import (ModuleNotFoundError" in problems[0]
+    assert install_line("sglang") in problems[0]
