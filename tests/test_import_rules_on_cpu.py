@@ -4,8 +4,9 @@ functions included.
 
 * rewards -> anything of ours but `verl_search.protocol` (pure functions, cheap to import);
 * `verl_search.protocol` -> anything of ours (the leaf);
-* retrieval -> server, tools, agent_loop, eval;
+* retrieval -> server, tools, agent_loop, eval, web;
 * server -> tools, agent_loop, eval, verl (the retrieval service runs in an install without verl);
+* web -> tools, agent_loop, eval, verl (the web backend is the same service over web APIs);
 * tools, agent_loop -> retrieval (they talk to the service over HTTP only).
 """
 
@@ -24,8 +25,10 @@ PACKAGE = Path(verl_search.__file__).parent
 FORBIDDEN = {
     "rewards": ("verl_search.",),
     "protocol": ("verl_search.",),
-    "retrieval": ("verl_search.server", "verl_search.tools", "verl_search.agent_loop", "verl_search.eval"),
+    "retrieval": ("verl_search.server", "verl_search.tools", "verl_search.agent_loop", "verl_search.eval",
+                  "verl_search.web"),
     "server": ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl"),
+    "web": ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl"),
     "tools": ("verl_search.retrieval",),
     "agent_loop": ("verl_search.retrieval",),
 }

@@ -14,6 +14,7 @@ from verl_search.retrieval.rerank import RerankOptions
 from verl_search.server.serve import RayOptions, ServeOptions
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig
+from verl_search.web.options import WebOptions
 
 
 def _flags(*argv):
@@ -27,7 +28,7 @@ def _flags(*argv):
 def test_every_option_field_is_a_flag_and_every_flag_a_field():
     assert _flags("serve") == {flag_name(s) for s in option_fields(ServeOptions) + option_fields(ServerSettings)
                                + option_fields(RayOptions) + option_fields(HybridOptions)
-                               + option_fields(RerankOptions)}
+                               + option_fields(RerankOptions) + option_fields(WebOptions)}
     assert _flags("index") == {flag_name(s) for s in option_fields(BuildOptions)} | {"--corpus", "--out"}
     assert _flags("eval") == {flag_name(s) for s in option_fields(EvalOptions)}
 

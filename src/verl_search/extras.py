@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "vllm": (("verl", "vllm"), "the trainer with vLLM rollout, at verl's pins (the trainer's environment)"),
     "sglang": (("verl", "sglang"), "the trainer with SGLang rollout, at verl's pins (the trainer's environment)"),
     "megatron": (("verl", "megatron", "vllm"), "the trainer on verl's Megatron backend with vLLM rollout"),
+    "web": (("diskcache", "aiolimiter"), "serve --backend web (the web search backend's cache and rate limit)"),
 }
 
 

@@ -30,6 +30,7 @@ from verl_search.retrieval.encoder import EncoderBackend
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.rerank import RerankOptions
 from verl_search.server.settings import ServerSettings
+from verl_search.web.options import WebOptions
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +55,14 @@ class ServeOptions:
         log_level: uvicorn's log level (default `info`).
         retriever: which retriever of the index to serve (default: the manifest's); a hybrid index
             (`index build --retriever hybrid`) also serves its `bm25` or `dense` half alone.
+        backend: `index` (default: `index` is required) or `web` (`web.app`: a web search API and page
+            reader behind the same wire format, `WebOptions`).
+        page_access: serve `POST /access` over the index's corpus (default on; `server.access`); its
+            title table is built at load, once per corpus (cached under `$VERL_SEARCH_CACHE`).
     """
 
-    index: str = field(metadata={"help": "index folder, or a faiss file (Search-R1 layout)"})
+    index: str | None = field(default=None, metadata={
+        "help": "index folder, or a faiss file (Search-R1 layout); required unless --backend web"})
     corpus: str | None = field(default=None, metadata={
         "help": "JSONL corpus (default: the one in the manifest; required for a faiss file)"})
     encoder: str | None = field(default=None, metadata={
@@ -74,6 +80,10 @@ class ServeOptions:
         "help": "seconds to let in-flight requests finish after SIGTERM before exiting"})
     retriever: Literal["bm25", "dense", "hybrid"] | None = field(default=None, metadata={
         "help": "retriever of the index to serve (default: the manifest's; a hybrid index also serves bm25 or dense alone)"})
+    backend: Literal["index", "web"] = field(default="index", metadata={
+        "help": "index: serve --index; web: a web search API and page reader (the web flags below; pip install \"verl-search[web]\")"})
+    page_access: bool = field(default=True, metadata={
+        "help": "--no-page-access: no POST /access (page access by id or title), no title table built at load"})
 
 
 @dataclass
@@ -164,6 +174,7 @@ def add_serve_arguments(parser) -> None:
     add_arguments(parser.add_argument_group("hybrid index: fusion (HybridOptions)"), HybridOptions)
     add_arguments(parser.add_argument_group("rerank stage (RerankOptions)"), RerankOptions)
     add_arguments(parser.add_argument_group("Ray Serve (RayOptions; pip install \"verl-search[ray]\")"), RayOptions)
+    add_arguments(parser.add_argument_group("--backend web (WebOptions; pip install \"verl-search[web]\")"), WebOptions)
 
 
 def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid: HybridOptions | None = None,
@@ -181,8 +192,12 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
     import uvicorn
 
     from verl_search.retrieval.loader import resolve_index
+    from verl_search.retrieval.pages import PageLookup
+    from verl_search.server.access import CorpusPages
     from verl_search.server.app import create_app
 
+    if options.index is None:
+        raise ValueError("--index is required (an index folder or a faiss file), unless --backend web")
     spec = resolve_index(options.index, corpus=options.corpus, encoder=options.encoder,
                          verify_corpus=options.verify_corpus, use_gpu=False if options.cpu else None,
                          encoder_backend=options.encoder_backend)
@@ -201,8 +216,16 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
         failed.append(exc)
         server.should_exit = True
 
-    app = create_app(lambda: freeze_loaded(spec.load()), settings or ServerSettings(), on_load_failure=stop_on_failure,
-                     fingerprint=spec.fingerprint())
+    pages = CorpusPages() if options.page_access else None
+
+    def load() -> Retriever:
+        retriever = spec.load()
+        if pages is not None:  # POST /access: the corpus's title table (read once per corpus, then cached)
+            pages.lookup = PageLookup.open(spec.load_corpus())
+        return freeze_loaded(retriever)
+
+    app = create_app(load, settings or ServerSettings(), on_load_failure=stop_on_failure,
+                     fingerprint=spec.fingerprint(), pages=pages)
     config = uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
                             timeout_graceful_shutdown=max(1.0, options.drain_timeout))
     server = draining_server(config, app.state.service, options.drain_timeout)
@@ -215,9 +238,19 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
 
 def serve_from_args(args: argparse.Namespace) -> int:
     """`serve` with the options and settings parsed by a parser that `add_serve_arguments` built;
-    `--ray` deploys with Ray Serve (`server.ray_serve.serve_with_ray`)."""
+    `--ray` deploys with Ray Serve (`server.ray_serve.serve_with_ray`); `--backend web` serves a web
+    search API (`web.app.serve_web`)."""
     ray_options = build(RayOptions, args)
     hybrid, rerank, options = build(HybridOptions, args), build(RerankOptions, args), build(ServeOptions, args)
+    if options.backend == "web":
+        if ray_options.ray or options.index:
+            raise ValueError("--backend web serves a web search API: leave out --index and --ray")
+        from verl_search.web.app import serve_web
+
+        return serve_web(options.host, options.port, options.log_level, options.drain_timeout,
+                         build(ServerSettings, args), build(WebOptions, args))
+    if options.index is None:
+        raise ValueError("--index is required (an index folder or a faiss file), unless --backend web")
     if ray_options.ray and (rerank.reranker or options.retriever or hybrid != HybridOptions()):
         raise ValueError("--reranker, --retriever and the fusion flags are not available with --ray; serve without --ray")
     if ray_options.ray:
