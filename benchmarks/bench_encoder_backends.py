@@ -30,8 +30,6 @@ from verl_search.retrieval.dense import verify_backend
 from verl_search.retrieval.encoder import BACKENDS, set_encoder_threads
 from verl_search.retrieval.loader import resolve_index
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-
 
 def importable(module: str) -> bool:
     try:
@@ -55,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index", default=str(Path(os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
                                                / "mini_dense_minilm"), help="a dense index folder built with torch")
-    parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
+    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--batch", type=int, default=256, help="queries per encoder call (the server's max_batch_size)")
     parser.add_argument("--seconds", type=float, default=10.0)

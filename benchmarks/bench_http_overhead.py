@@ -18,7 +18,6 @@ routing (0.07 for 255 after; `bench_retrieval_server.py`), and the encoder's thr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -30,12 +29,11 @@ from pathlib import Path
 from bench_retrieval_server import LUA, run_wrk, write_bodies
 
 import verl_search
+from verl_search.datasets import read_questions, resolve_corpus
 from verl_search.retrieval.base import Hit
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.server.app import create_app
 from verl_search.server.runner import ThreadServer
-
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 class InstantRetriever:
@@ -53,22 +51,22 @@ class InstantRetriever:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(SHARED / "data/mini_wiki/corpus.jsonl"))
-    parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
+    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
+    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each level")
     parser.add_argument("--clients", type=int, nargs="+", default=[16, 256], help="connections per level")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install -y wrk")
 
-    questions = [json.loads(line)["question"] for line in open(args.qa, encoding="utf-8")]
+    questions = [row["question"] for row in read_questions(args.qa)]
     work = Path(tempfile.mkdtemp(prefix="bench-http-"))
     script = work / "cycle.lua"
     script.write_text(LUA)
     bodies = write_bodies(work, questions, 1)
     print(f"# HTTP overhead of verl_search from {Path(verl_search.__file__).parent}: {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
-    with ThreadServer(create_app(InstantRetriever(JsonlCorpus(args.corpus)))) as server:
+    with ThreadServer(create_app(InstantRetriever(JsonlCorpus(resolve_corpus(args.corpus))))) as server:
         run_wrk(server.url, script, bodies, 4, 1)  # warm-up
         for clients in args.clients:
             before, started = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()

@@ -26,7 +26,6 @@ from verl_search.retrieval.hybrid import HybridOptions, HybridRetriever
 from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.retrieval.loader import resolve_index
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 SOURCES = ("hotpotqa", "musique", "2wiki", "all")
 
 
@@ -53,8 +52,8 @@ def half(index: Path, kind: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(SHARED / "data/mini_wiki/corpus.jsonl"))
-    parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
+    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
+    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
     parser.add_argument("--encoder", default=None, help="dense encoder folder (default: the MiniLM package)")
     parser.add_argument("--rrf-k", type=float, action="append", help="RRF constants to try (default: 60)")

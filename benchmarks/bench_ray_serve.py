@@ -22,10 +22,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from verl_search.datasets import read_questions
 from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.server.runner import SubprocessServer, free_port
-
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 def lua_script(questions: list[str], folder: Path) -> Path:
@@ -63,8 +62,8 @@ def drive(url: str, script: Path, levels: list[int], seconds: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(SHARED / "data/mini_wiki/corpus.jsonl"))
-    parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
+    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
+    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
     parser.add_argument("--retrievers", default="bm25,dense")
     parser.add_argument("--seconds", type=float, default=6.0, help="duration of each load level")
@@ -84,7 +83,7 @@ def main() -> None:
     from verl_search.server.serve import RayOptions, ServeOptions
     from verl_search.server.settings import ServerSettings
 
-    questions = [json.loads(line)["question"] for line in open(args.qa, encoding="utf-8")]
+    questions = [row["question"] for row in read_questions(args.qa)]
     levels = [int(x) for x in args.levels.split(",")]
     print(f"# Ray Serve vs plain server: {len(questions)} questions, {args.seconds:g} s per level, "
           f"{os.cpu_count()} cores, wrk clients on the same machine, plain server threads: "

@@ -47,11 +47,11 @@ from pathlib import Path
 
 import httpx
 
+from verl_search.datasets import read_questions
 from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.server.runner import SubprocessServer
 from verl_search.server.settings import ServerSettings
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 LEVELS = ((1, 1), (16, 1), (256, 1), (4, 64))
 FULL_BATCH = ServerSettings().max_batch_size  # the servers' default
 BULK_FACTOR = 3  # levels that fill whole batches (clients x queries >= FULL_BATCH) run this many times `--seconds`
@@ -171,8 +171,8 @@ def print_table(name: str, levels: dict, rss: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(SHARED / "data/mini_wiki/corpus.jsonl"))
-    parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
+    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
+    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
     parser.add_argument("--encoder", default=None, help="dense encoder folder (default: the MiniLM package)")
     parser.add_argument("--retriever", choices=["dense", "bm25"], default="dense")
@@ -188,7 +188,7 @@ def main() -> None:
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install -y wrk")
 
-    questions = [json.loads(line)["question"] for line in open(args.qa, encoding="utf-8")]
+    questions = [row["question"] for row in read_questions(args.qa)]
     index_dir = Path(args.index_root) / ("mini_bm25" if args.retriever == "bm25" else "mini_dense_minilm")
     if not (index_dir / "manifest.json").is_file():
         encoder = args.encoder

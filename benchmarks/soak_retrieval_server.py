@@ -28,9 +28,8 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from verl_search.datasets import read_questions
 from verl_search.server.runner import SubprocessServer
-
-SHARED = Path(os.environ.get("VERL_SEARCH_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 
 
 def rss_mb(pid: int) -> float:
@@ -76,7 +75,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index", default=str(Path(os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
                                                / "mini_dense_minilm"), help="index folder (default: the dense test index)")
-    parser.add_argument("--qa", default=str(SHARED / "data/mini_wiki/qa.jsonl"))
+    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--clients", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=60.0, help="soak duration")
     parser.add_argument("--warmup", type=float, default=30.0, help="warm-up duration (same load), seconds")
@@ -87,7 +86,7 @@ def main() -> int:
     if not (Path(args.index) / "manifest.json").is_file():
         print(f"no index at {args.index}; build one with `verl-search index build` (or run the tests once)")
         return 2
-    questions = [json.loads(line)["question"] for line in open(args.qa, encoding="utf-8")]
+    questions = [row["question"] for row in read_questions(args.qa)]
     with SubprocessServer(["--index", args.index], ready_timeout=300) as server:
         url, pid = f"{server.url}/retrieve", server.process.pid
         warm = asyncio.run(soak(url, questions, args.clients, args.warmup, seed=1))

@@ -1,13 +1,21 @@
-"""Shared fixtures: the real data in `../shared`, real indexes built once per session.
+"""Shared fixtures: the real data in the repository, real indexes built once per session.
 
-`VERL_SEARCH_SHARED` points at the shared folder (default: `shared/` beside the repository, as in
-CI). `VERL_SEARCH_TEST_CACHE`, if set, keeps the built indexes between local runs (the dense
-build encodes 9,993 passages with MiniLM: minutes on 2 cores); CI builds them fresh.
+The data comes from the repository alone: the package's `mini-wiki` (`src/verl_search/datasets/`)
+and `tests/assets/` (small QA subsets, the FlashRAG wiki-18 sample and its e5 index, the Qwen2.5
+tokenizer; origins and licences in its README.md). The compressed files are unpacked once into
+`$TMPDIR/verl-search-test-assets-<content hash>/` (`SHARED`), laid out as the offline data bundle
+they come from, so the tests read plain files. `VERL_SEARCH_TEST_CACHE`, if set, keeps the built
+indexes between local runs (the dense build encodes 9,993 passages with MiniLM: minutes on 2 cores);
+CI builds them fresh.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,16 +24,44 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("VERL_SEARCH_SHARED", REPO.parent / "shared"))
+ASSETS = REPO / "tests" / "assets"
+
+
+def _unpacked_assets() -> Path:
+    """`tests/assets/` plus the package's mini-wiki files (as `data/mini_wiki/`), every `.gz` gunzipped,
+    in a temporary folder named by the hash of their contents (made once, renamed into place)."""
+    from verl_search.datasets import DATASETS
+
+    mini = DATASETS["mini-wiki"]
+    files = {str(path.relative_to(ASSETS)): path for path in sorted(ASSETS.rglob("*")) if path.is_file()}
+    files.update({"data/mini_wiki/corpus.jsonl.gz": mini.corpus, "data/mini_wiki/qa.jsonl.gz": mini.questions})
+    digest = hashlib.sha256()
+    for name, path in files.items():
+        digest.update(name.encode() + b"\0" + path.read_bytes())
+    target = Path(tempfile.gettempdir()) / f"verl-search-test-assets-{digest.hexdigest()[:16]}"
+    if target.is_dir():
+        return target
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    for name, path in files.items():
+        out = partial / name.removesuffix(".gz")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if name.endswith(".gz"):
+            with gzip.open(path, "rb") as source, open(out, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 24)
+        else:
+            shutil.copyfile(path, out)
+    try:
+        os.replace(partial, target)
+    except OSError:  # another process unpacked the same assets first
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+SHARED = _unpacked_assets()
 MINI_CORPUS = SHARED / "data" / "mini_wiki" / "corpus.jsonl"
 MINI_QA = SHARED / "data" / "mini_wiki" / "qa.jsonl"
 FLASHRAG_SAMPLE = SHARED / "data" / "flashrag_sample"
 QWEN_TOKENIZER = SHARED / "tokenizers" / "qwen2.5"
-
-
-def pytest_configure(config):
-    if not MINI_CORPUS.is_file():
-        raise pytest.UsageError(f"shared data not found at {SHARED}; set VERL_SEARCH_SHARED to the shared folder")
 
 
 @pytest.fixture(scope="session")

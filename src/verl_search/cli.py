@@ -1,6 +1,6 @@
-"""`verl-search` command line: `index build`, `serve`, `eval`, `train`, `check-config`, `download`, `config-path`.
+"""`verl-search` command line: `index build`, `serve`, `eval`, `train`, `check-config`, `preprocess`, `download`, `config-path`.
 
-`index build` and `serve` run on the base install; `eval` and `check-config` need the `[verl]`
+`index build` and `serve` run on the base install; `eval`, `check-config` and `preprocess` need the `[verl]`
 extra and exit 2 with the `pip install` line when it is missing (see `verl_search.extras`).
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import logging
 import sys
-from pathlib import Path
 
 from verl_search import __version__
 from verl_search.exits import configure_logging, exit_code
@@ -25,7 +24,7 @@ logger = logging.getLogger("verl_search")
 EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, ConnectionError, KeyError,
                    UnsupportedVerlVersion)
 #: sub-commands that need an extra: checked before the command imports anything of it
-NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl"}
+NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl", "preprocess": "verl"}
 #: sub-commands that drive verl: they stop on another verl version (verl_search.verl_compat)
 NEEDS_VERL = {"eval", "check-config", "train"}
 
@@ -34,7 +33,8 @@ def _add_index_build_arguments(build) -> None:
     from verl_search.options import add_arguments
     from verl_search.retrieval.index_builder import BuildOptions
 
-    build.add_argument("--corpus", required=True, help='JSONL corpus: {"id": ..., "contents": "\\"Title\\"\\ntext"} per line')
+    build.add_argument("--corpus", required=True, help='JSONL corpus (.gz too): {"id": ..., "contents": "\\"Title\\"\\ntext"} '
+                       "per line, or a shipped corpus by name: mini-wiki")
     build.add_argument("--out", required=True, help="output index folder (appears only when complete)")
     add_arguments(build, BuildOptions)
 
@@ -45,21 +45,16 @@ def _add_serve_arguments(serve) -> None:
     add_serve_arguments(serve)
 
 
-def default_data_dir() -> Path:
-    """`$VERL_SEARCH_DATA`, or `../shared/data` from the current folder (where the bundle lives)."""
-    from verl_search.env import read_env
-
-    return read_env().data_dir
-
-
 def _add_eval_arguments(ev) -> None:
     # Defaults live in EvalOptions (one home): the flags are generated from it with default None,
     # meaning "EvalOptions' default". eval.options is standard library only.
     from verl_search.eval.options import EvalOptions
     from verl_search.options import add_arguments
 
-    ev.add_argument("--data", action="append", help="[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable); "
-                    "default: $VERL_SEARCH_DATA or ../shared/data, mini_wiki/qa.jsonl")
+    from verl_search.datasets import DEFAULT_EVAL_DATA
+
+    ev.add_argument("--data", action="append", help="[NAME=]PATH of FlashRAG JSONL or verl parquet, or a shipped "
+                    f"question set (mini-wiki, mini-wiki:train, mini-wiki:test); repeatable; default: {DEFAULT_EVAL_DATA}")
     add_arguments(ev, EvalOptions, skip=("data", "retrieval_url", "index"), defaults_in_class=True)
     add_arguments(ev.add_mutually_exclusive_group(), EvalOptions, only=("retrieval_url", "index"), defaults_in_class=True)
 
@@ -67,6 +62,16 @@ def _add_eval_arguments(ev) -> None:
 def _add_check_config_arguments(check) -> None:
     check.add_argument("recipe", help="recipe YAML (extends ppo_trainer via hydra.searchpath)")
     check.add_argument("overrides", nargs=argparse.REMAINDER, help="hydra overrides, as for verl.trainer.main_ppo")
+
+
+def _add_preprocess_arguments(pre) -> None:
+    from verl_search.data.preprocess import PreprocessOptions
+    from verl_search.options import add_arguments
+
+    pre.add_argument("--input", action="append", nargs="+", required=True, dest="inputs",
+                     help="[NAME=]PATH of FlashRAG JSONL (.gz too), or a shipped question set (mini-wiki:train); "
+                          "repeatable, several paths each; NAME (default: the file's folder) is the data_source")
+    add_arguments(pre, PreprocessOptions, skip=("inputs",))
 
 
 def _add_download_arguments(down) -> None:
@@ -94,6 +99,8 @@ SUBCOMMANDS = {
     "check-config": ("compose a training recipe on CPU and check it before using GPUs", _add_check_config_arguments),
     "train": ("run a training recipe through verl's main_ppo, check-config first (--cpu: on the CPU)",
               _add_train_arguments),
+    "preprocess": ("FlashRAG QA JSONL -> one verl parquet file (train or test), errors name file:line",
+                   _add_preprocess_arguments),
     "download": ("download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets", _add_download_arguments),
     "config-path": ("print the absolute path of a shipped verl YAML", _add_config_path_arguments),
 }
@@ -104,16 +111,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from verl_search.eval.options import EvalOptions
     from verl_search.options import build
 
-    data = args.data
-    if not data:
-        default = default_data_dir() / "mini_wiki" / "qa.jsonl"
-        if not default.is_file():
-            raise FileNotFoundError(
-                f"no --data given and {default} does not exist. Pass --data PATH (FlashRAG JSONL or verl parquet), "
-                "or fetch the FlashRAG QA sets on a machine with internet: verl-search download datasets --out DIR"
-            )
-        data = [str(default)]
-    options = build(EvalOptions, args, data=data)
+    from verl_search.datasets import DEFAULT_EVAL_DATA
+
+    options = build(EvalOptions, args, data=args.data or [DEFAULT_EVAL_DATA])
     run_eval(options)
     logger.info("report written to %s/report.md", args.out)
     return 0
@@ -195,6 +195,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         return run_training(args.recipe, args.overrides, cpu=args.cpu, retrieval_url=url)
 
 
+def cmd_preprocess(args: argparse.Namespace) -> int:
+    from verl_search.data.preprocess import PreprocessOptions, preprocess
+    from verl_search.options import build
+
+    preprocess(build(PreprocessOptions, args, inputs=[spec for group in args.inputs for spec in group]))
+    return 0
+
+
 def cmd_download(args: argparse.Namespace) -> int:
     from verl_search.download import download
 
@@ -231,6 +239,7 @@ COMMANDS = {
     ("eval", None): cmd_eval,
     ("check-config", None): cmd_check_config,
     ("train", None): cmd_train,
+    ("preprocess", None): cmd_preprocess,
     ("download", None): cmd_download,
     ("config-path", None): cmd_config_path,
 }

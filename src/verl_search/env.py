@@ -3,7 +3,6 @@
 | variable | field | default | read by |
 | --- | --- | --- | --- |
 | `VERL_SEARCH_URL` | `url` | `http://127.0.0.1:8000/retrieve` | the shipped tool and agent-loop YAMLs (`${oc.env:...}`, resolved by verl in each worker); `DEFAULT_URL` is also `SearchClientConfig`'s default |
-| `VERL_SEARCH_DATA` | `data_dir` | `../shared/data` (from the current folder) | `verl-search eval` without `--data` |
 | `VERL_SEARCH_CACHE` | `cache_dir` | `~/.cache/verl_search` | the corpus offset-table cache (Search-R1 layout) |
 | `VERL_SEARCH_SKIP_VERL_VERSION_CHECK` | `skip_verl_version_check` | off (`1` = on) | `verl_compat.check_verl_version` |
 | `VERL_SEARCH_TOOL_CONFIG` | `tool_config` | the shipped tool YAML | the GRPO recipe's `tool_config_path`; check-config |
@@ -23,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 URL = "VERL_SEARCH_URL"
-DATA = "VERL_SEARCH_DATA"
 CACHE = "VERL_SEARCH_CACHE"
 SKIP_VERL_VERSION_CHECK = "VERL_SEARCH_SKIP_VERL_VERSION_CHECK"
 TOOL_CONFIG = "VERL_SEARCH_TOOL_CONFIG"
@@ -38,7 +36,6 @@ class Env:
 
     Attributes:
         url: the `/retrieve` endpoint.
-        data_dir: the offline data bundle.
         cache_dir: where computed files are cached.
         skip_verl_version_check: run on another verl anyway.
         tool_config, agent_loops: paths the recipes read, or `None` when unset (callers fall back
@@ -47,7 +44,6 @@ class Env:
     """
 
     url: str
-    data_dir: Path
     cache_dir: Path
     skip_verl_version_check: bool
     tool_config: str | None
@@ -60,7 +56,6 @@ def read_env(environ: Mapping[str, str] | None = None) -> Env:
     environ = os.environ if environ is None else environ
     return Env(
         url=environ.get(URL) or DEFAULT_URL,
-        data_dir=Path(environ.get(DATA) or Path.cwd().parent / "shared" / "data"),
         cache_dir=Path(environ.get(CACHE) or Path.home() / ".cache" / "verl_search"),
         skip_verl_version_check=environ.get(SKIP_VERL_VERSION_CHECK) == "1",
         tool_config=environ.get(TOOL_CONFIG) or None,

@@ -1,6 +1,7 @@
 """Which optional part of the package a feature needs, and the one `pip install` line that adds it.
 
-The base install (`pip install verl-search`) is the retrieval service: BM25 index build and serve.
+The base install (`pip install verl-search`, or from a checkout / the git URL: docs/install.md) is the
+retrieval service: BM25 index build and serve.
 Everything else sits behind an extra (see setup.py). A feature that finds its extra missing raises
 `MissingExtraError`, an `ImportError` whose message is the `pip install` line to run; the CLI turns it
 into one line and exit code 2.
@@ -8,7 +9,11 @@ into one line and exit code 2.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 #: extra name -> (top-level modules it provides, what it is for)
 EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -31,8 +36,38 @@ class MissingExtraError(ImportError):
 
 
 def install_line(extra: str) -> str:
-    """The command that adds `extra`, e.g. `pip install "verl-search[verl]"`."""
-    return f'pip install "verl-search[{extra}]"'
+    """The command that adds `extra`, from the source this verl-search was installed from (PEP 610's
+    `direct_url.json`): `pip install "verl-search[verl] @ git+URL@COMMIT"` for a git URL,
+    `pip install "/path/to/checkout[verl]"` for a folder (`pip install -e ...` when editable) or a
+    wheel / sdist file still on disk, else `pip install "verl-search[verl]"` (an index that has it).
+    """
+    source = _install_source()
+    if source is None:
+        return f'pip install "verl-search[{extra}]"'
+    kind, where = source
+    if kind == "vcs":
+        return f'pip install "verl-search[{extra}] @ {where}"'
+    return f'pip install {"-e " if kind == "editable" else ""}"{where}[{extra}]"'
+
+
+def _install_source() -> tuple[str, str] | None:
+    """`("vcs", "git+URL@COMMIT")`, `("editable" | "path", PATH)`, or `None` (an index, or unknown)."""
+    try:
+        raw = importlib.metadata.distribution("verl-search").read_text("direct_url.json")
+        direct = json.loads(raw) if raw else None
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+    if not isinstance(direct, dict) or not isinstance(direct.get("url"), str):
+        return None
+    url = direct["url"]
+    if isinstance(direct.get("vcs_info"), dict):
+        vcs = direct["vcs_info"]
+        return "vcs", f"{vcs.get('vcs', 'git')}+{url}" + (f"@{vcs['commit_id']}" if vcs.get("commit_id") else "")
+    parsed = urlparse(url)
+    if parsed.scheme != "file" or not Path(unquote(parsed.path)).exists():
+        return None
+    editable = isinstance(direct.get("dir_info"), dict) and direct["dir_info"].get("editable")
+    return ("editable" if editable else "path"), unquote(parsed.path)
 
 
 def missing_modules(extra: str) -> list[str]:

@@ -132,12 +132,12 @@ def test_summary_confidence_intervals_on_a_known_case():
     assert summary["searched"] == 0.5 and summary["mean_searches"] == 0.5
 
 
-def test_cli_says_what_to_download_without_data(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "verl_search.cli", "eval", "--index", str(tmp_path)],
-                            capture_output=True, text=True, env={"VERL_SEARCH_DATA": str(tmp_path / "none"),
-                                                                 "PATH": "/usr/bin:/bin"}, timeout=120)
-    assert result.returncode == 2
-    assert "verl-search download datasets" in result.stderr and "qa.jsonl does not exist" in result.stderr
+def test_cli_names_a_missing_data_file(tmp_path):
+    # without --data, eval reads the shipped mini-wiki:test (tests/data/test_datasets_on_cpu.py)
+    result = subprocess.run([sys.executable, "-m", "verl_search.cli", "eval", "--index", str(tmp_path),
+                             "--data", str(tmp_path / "none.jsonl")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"data file {tmp_path / 'none.jsonl'} does not exist" in result.stderr
 
 
 def test_smollm2_from_gguf_answers_like_the_original():

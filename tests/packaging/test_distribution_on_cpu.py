@@ -20,7 +20,7 @@ import verl_search
 from tests.conftest import REPO
 
 SOURCE = REPO / "src" / "verl_search"
-SHIPPED_SUFFIXES = {".py", ".yaml"}
+SHIPPED_SUFFIXES = {".py", ".yaml", ".gz"}  # .gz: the mini-wiki dataset
 
 
 def _package_files() -> set[str]:
@@ -63,6 +63,8 @@ def test_wheel_holds_every_package_file(wheel):
     assert not missing, f"{wheel.name} lacks {missing}"
     assert "verl_search/tool_configs/search_tool_config.yaml" in names
     assert "verl_search/agent_loop/agent_loops.yaml" in names
+    assert {"verl_search/datasets/mini_wiki/corpus.jsonl.gz", "verl_search/datasets/mini_wiki/qa.jsonl.gz",
+            "verl_search/datasets/mini_wiki/README.md"} <= names  # the data and its licences
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "verl-search = verl_search.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import subprocess
 import sys
 
@@ -49,7 +51,7 @@ def test_serve_parser_does_not_need_the_verl_side():
 
 def test_require_extra_names_the_install_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "faiss", None)
-    with pytest.raises(MissingExtraError, match=r'pip install "verl-search\[dense\]"'):
+    with pytest.raises(MissingExtraError, match=re.escape(install_line("dense"))):
         require_extra("dense")
     with pytest.raises(KeyError, match="unknown extra 'nope'"):
         require_extra("nope")
@@ -97,3 +99,25 @@ def test_agent_loop_and_tool_construction_stop_on_another_verl(other_verl):
                           dataset_cls=None, data_config=None, a_keyword_a_newer_verl_passes=1)
     with pytest.raises(verl_compat.UnsupportedVerlVersion):
         SearchTool({"retrieval_service_url": "http://127.0.0.1:1/retrieve"})
+
+
+@pytest.mark.parametrize("direct_url, line", [
+    (None, 'pip install "verl-search[verl]"'),  # from an index that has it
+    ({"url": "https://github.com/org/verl-search", "vcs_info": {"vcs": "git", "commit_id": "abc123"}},
+     'pip install "verl-search[verl] @ git+https://github.com/org/verl-search@abc123"'),
+    ({"url": "file://{repo}", "dir_info": {"editable": True}}, 'pip install -e "{repo}[verl]"'),
+    ({"url": "file://{repo}", "dir_info": {}}, 'pip install "{repo}[verl]"'),
+    ({"url": "file:///nowhere/verl_search-0.1-py3-none-any.whl", "archive_info": {}}, 'pip install "verl-search[verl]"'),
+])
+def test_install_line_names_the_source_verl_search_came_from(monkeypatch, direct_url, line):
+    """The hint repeats the source of this install (PEP 610 direct_url.json): the package is not on PyPI."""
+    import importlib.metadata
+
+    text = None if direct_url is None else json.dumps(direct_url).replace("{repo}", str(REPO))
+
+    class Distribution:
+        def read_text(self, name):
+            return text if name == "direct_url.json" else None
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Distribution())
+    assert install_line("verl") == line.replace("{repo}", str(REPO))

@@ -5,12 +5,14 @@ their runtime is not installed (they need `[onnx]` / `[openvino]`, which pull an
 
 import argparse
 import importlib.util
+import re
 from pathlib import Path
 from typing import get_args
 
 import pytest
 
 from verl_search.retrieval.dense import verify_backend
+from verl_search.extras import install_line
 from verl_search.options import add_arguments
 from verl_search.retrieval.encoder import BACKENDS, EncoderBackend, SentenceEncoder
 from verl_search.retrieval.index_builder import BuildOptions
@@ -49,9 +51,12 @@ def test_build_and_serve_offer_exactly_the_backends_the_encoder_knows():
 def test_unknown_or_missing_backend_is_a_clear_error(minilm_path):
     with pytest.raises(ValueError, match="encoder backend must be one of"):
         SentenceEncoder(minilm_path, backend="tensorrt")
+    if not _installed("openvino"):  # int8 names the extra that exists ([openvino]), not "[openvino-int8]"
+        with pytest.raises(ImportError, match=re.escape(install_line("openvino"))):
+            SentenceEncoder(minilm_path, backend="openvino-int8")
     if _installed("onnxruntime") and _installed("optimum"):
         pytest.skip("onnxruntime is installed here: nothing is missing")
-    with pytest.raises(ImportError, match=r'pip install "verl-search\[onnx\]"'):
+    with pytest.raises(ImportError, match=re.escape(install_line("onnx"))):
         SentenceEncoder(minilm_path, backend="onnx")
 
 

@@ -1,7 +1,8 @@
 """FlashRAG-format QA JSONL -> verl parquet rows (what `RLHFDataset` and the agent loops read).
 
-Input rows: `{"id": str, "question": str, "golden_answers": [str, ...]}` (the `../shared/data/qa/`
-files, FlashRAG's format). Output columns:
+Input rows: `{"id": str, "question": str, "golden_answers": [str, ...]}` (FlashRAG's format; `.jsonl`
+or `.jsonl.gz`), or a shipped question set by name (`mini-wiki`, `mini-wiki:train`, `mini-wiki:test`;
+`verl_search.datasets`). Output columns:
 
 | column | value |
 | --- | --- |
@@ -15,6 +16,10 @@ files, FlashRAG's format). Output columns:
 `agent_name` selects the agent loop per row: without it verl runs `single_turn_agent` and the
 tool is never called (verl issue #3008). `tools_kwargs.search.create_kwargs` reaches
 `SearchTool.create` (`topk` there overrides the tool's default).
+
+`verl-search preprocess` (`PreprocessOptions`, `preprocess`) writes one parquet file; a training set
+(`--split train`) leaves out, by default, every question whose normalised text is in the default eval
+set (`mini-wiki:test`, `verl_search.datasets.DEFAULT_TRAIN_EXCLUDE`), and says how many it left out.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import json
 import logging
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from verl_search.data.prompts import AGENT_NAMES, TEMPLATES
+from verl_search.datasets import DEFAULT_TRAIN_EXCLUDE, normalize_question, open_text, parse_spec, split_of
 
 logger = logging.getLogger(__name__)
 
@@ -88,18 +95,30 @@ def make_row(example: dict, index: int, split: str, data_source: str, protocol: 
 
 @dataclass
 class Source:
-    """An input file and the `data_source` name its rows get."""
+    """An input file, the `data_source` name its rows get, and (for a shipped dataset) the split of
+    it to keep (`None`: every row)."""
 
     path: Path
     name: str
+    split: str | None = None
+    dataset: str | None = None
 
     @classmethod
     def parse(cls, spec: str) -> "Source":
-        """`NAME=PATH`, or `PATH` (name: the file's folder, e.g. `qa/nq/test.jsonl` -> `nq`)."""
+        """`NAME=PATH`, `PATH` (name: the file's folder, e.g. `qa/nq/test.jsonl` -> `nq`), or a shipped
+        dataset `DATASET[:SPLIT]` (`mini-wiki:test`; its rows carry their own `source`).
+
+        Raises:
+            ValueError: a shipped dataset with an unknown split.
+        """
         name, sep, path = spec.partition("=")
         if not sep:
-            path, name = spec, Path(spec).resolve().parent.name
-        return cls(path=Path(path), name=name)
+            path, name = spec, None
+        shipped = parse_spec(path)
+        if shipped is not None:
+            dataset, split = shipped
+            return cls(path=dataset.questions, name=name or dataset.name, split=split, dataset=dataset.name)
+        return cls(path=Path(path), name=name or Path(path).resolve().parent.name)
 
 
 def read_examples(source: Source, on_bad_row: str = "error") -> list[tuple[int, dict]]:
@@ -113,38 +132,54 @@ def read_examples(source: Source, on_bad_row: str = "error") -> list[tuple[int, 
         RowError: a bad row with `on_bad_row="error"`, naming file and line.
         FileNotFoundError: the file does not exist.
     """
+    if not source.path.is_file():
+        raise FileNotFoundError(f"input file {source.path} does not exist")
+    keep = split_of(source.dataset) if source.split else None
     examples = []
-    with open(source.path, encoding="utf-8") as handle:
+    with open_text(source.path) as handle:
         for lineno, line in enumerate(handle, start=1):
             try:
-                example = json.loads(line)
+                try:
+                    example = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RowError(f"not valid JSON ({exc.msg} at column {exc.colno}): {line.strip()[:80]!r}") from exc
                 if not isinstance(example, dict):
-                    raise RowError("not a JSON object")
+                    raise RowError(f"not a JSON object: {line.strip()[:80]!r}")
                 make_row(example, 0, "check", source.name)  # validates the fields
-            except (json.JSONDecodeError, RowError) as exc:
+            except RowError as exc:
                 message = f"{source.path}:{lineno}: {exc}"
                 if on_bad_row == "error":
                     raise RowError(message + " (pass --on-bad-row skip to leave bad rows out, reported)") from exc
                 logger.warning("skipping bad row %s", message)
                 continue
-            examples.append((lineno, example))
+            if keep is None or keep.get(example.get("id")) == source.split:
+                examples.append((lineno, example))
     return examples
 
 
 def build_rows(sources: list[Source], split: str, protocol: str, max_per_source: int | None = None,
-               seed: int = 0, topk: int | None = None, on_bad_row: str = "error") -> list[dict]:
+               seed: int = 0, topk: int | None = None, on_bad_row: str = "error",
+               exclude: set[str] | frozenset[str] = frozenset()) -> list[dict]:
     """Rows for several inputs, merged in input order, `extra_info.index` numbering them.
 
-    A row's `data_source` is its own `source` field when it has one (e.g. `mini_wiki/qa.jsonl`
-    mixes hotpotqa, musique and 2wiki), else the input's name. `max_per_source` keeps a random
-    sample (fixed by `seed`) of at most N rows per data source, in file order.
+    A row's `data_source` is its own `source` field when it has one (e.g. `mini-wiki` mixes
+    hotpotqa, musique and 2wiki), else the input's name. Questions whose normalised text
+    (`datasets.normalize_question`) is in `exclude` are left out (and counted in the log) before
+    `max_per_source` keeps a random sample (fixed by `seed`) of at most N rows per data source, in
+    file order.
     """
     rows: list[dict] = []
     for source in sources:
         groups: dict[str, list[dict]] = {}
+        left_out = 0
         for _, example in read_examples(source, on_bad_row):
+            if exclude and normalize_question(example["question"]) in exclude:
+                left_out += 1
+                continue
             name = example.get("source") if isinstance(example.get("source"), str) else source.name
             groups.setdefault(name, []).append(example)
+        if left_out:
+            logger.info("%s: left out %d questions that are in the excluded sets", source.path, left_out)
         for name, examples in groups.items():
             examples = sample_per_source(examples, name, max_per_source, seed)
             for example in examples:
@@ -179,3 +214,68 @@ def write_parquet(rows: list[dict], out: str | os.PathLike) -> None:
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@dataclass
+class PreprocessOptions:
+    """Options of `preprocess` (the `verl-search preprocess` flags; `--input` is added by the CLI).
+
+    Attributes:
+        inputs: `[NAME=]PATH` of FlashRAG JSONL files (`.gz` too) or shipped sets (`mini-wiki:train`).
+        out: the parquet file to write (atomically).
+        split: `train` or `test` (`extra_info.split`).
+        protocol: `tool` (hermes tool calls) or `search_r1` (tags).
+        max_per_source, seed: random sample of at most N rows per data source.
+        topk: passages per search for these rows (default: the tool's).
+        on_bad_row: `error` stops at the first bad line (file:line and what is wrong); `skip` logs each.
+        exclude: question sets whose questions (by normalised text) are left out; default: for
+            `--split train`, `DEFAULT_TRAIN_EXCLUDE` (the default eval set), for `test` none;
+            `none` excludes nothing.
+    """
+
+    inputs: list[str]
+    out: str = field(metadata={"help": "output parquet file (written atomically)"})
+    split: Literal["train", "test"] = field(metadata={"help": "extra_info.split of the rows"})
+    protocol: Literal["tool", "search_r1"] = field(default="tool", metadata={"help": "tool (hermes tool calls) or search_r1 (tags)"})
+    max_per_source: int | None = field(default=None, metadata={"help": "random sample of at most N rows per data source"})
+    seed: int = field(default=0, metadata={"help": "seed of the --max-per-source sample"})
+    topk: int | None = field(default=None, metadata={"help": "passages per search for these rows"})
+    on_bad_row: Literal["error", "skip"] = field(default="error", metadata={
+        "help": "error: stop at the first bad line (file:line and what is wrong); skip: leave it out, logged"})
+    exclude: list[str] | None = field(default=None, metadata={
+        "help": "[NAME=]PATH or DATASET[:SPLIT] whose questions (normalised text) are left out; repeatable; "
+                f"default for --split train: {', '.join(DEFAULT_TRAIN_EXCLUDE)} (the default eval set); none: nothing"})
+
+
+def excluded_questions(specs: list[str]) -> frozenset[str]:
+    """The normalised question texts of the question sets `specs` (`[NAME=]PATH` or `DATASET[:SPLIT]`).
+
+    Raises:
+        FileNotFoundError, RowError: as `read_examples`.
+    """
+    return frozenset(normalize_question(example["question"]) for spec in specs
+                     for _, example in read_examples(Source.parse(spec)))
+
+
+def preprocess(options: PreprocessOptions) -> int:
+    """Write `options.out` from `options.inputs` (see `PreprocessOptions`); return the number of rows.
+
+    Raises:
+        FileNotFoundError: an input does not exist.
+        RowError: a bad line with `on_bad_row="error"` (names file:line and what is wrong).
+        ValueError: no row is left to write.
+    """
+    exclude = options.exclude
+    if exclude is None:
+        exclude = list(DEFAULT_TRAIN_EXCLUDE) if options.split == "train" else []
+    exclude = [spec for spec in exclude if spec != "none"]
+    if exclude:
+        logger.info("leaving out the questions of %s (--exclude none keeps them)", ", ".join(exclude))
+    rows = build_rows([Source.parse(spec) for spec in options.inputs], options.split, options.protocol,
+                      options.max_per_source, options.seed, options.topk, options.on_bad_row,
+                      excluded_questions(exclude))
+    if not rows:
+        raise ValueError(f"no rows left from {options.inputs} to write to {options.out}")
+    write_parquet(rows, options.out)
+    logger.info("wrote %d rows to %s", len(rows), options.out)
+    return len(rows)

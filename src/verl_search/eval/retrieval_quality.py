@@ -10,29 +10,25 @@ Two numbers per `source` and cut-off k:
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 
+from verl_search.datasets import read_questions
 from verl_search.retrieval.base import Retriever
 
 
-def load_qa_with_titles(path: str | os.PathLike) -> list[dict]:
-    """Rows of a JSONL file that have `question` and a non-empty `gold_titles` list.
+def load_qa_with_titles(spec: str | os.PathLike) -> list[dict]:
+    """Rows of a question set that have `question` and a non-empty `gold_titles` list: a JSONL file
+    (`.gz` too) or a shipped set (`mini-wiki`, `mini-wiki:test`; `verl_search.datasets.read_questions`).
 
     Raises:
-        ValueError: on a line that is not JSON or lacks those fields (names file and line).
+        ValueError: on a line that is not JSON or a row that lacks those fields (names file and line).
     """
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row.get("question"), str) or not row.get("gold_titles"):
-                raise ValueError(f"{path}:{lineno}: needs a string 'question' and a non-empty 'gold_titles' list")
-            rows.append(row)
+    rows = read_questions(spec)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row.get("question"), str) or not row.get("gold_titles"):
+            raise ValueError(f"{spec}: question {number} (id {row.get('id')!r}) needs a string 'question' and a "
+                             "non-empty 'gold_titles' list")
     return rows
 
 

@@ -30,9 +30,9 @@ def require_faiss():
     try:
         import faiss
     except ImportError as exc:
-        raise ImportError(
-            'dense retrieval needs faiss: pip install "verl-search[dense]" (CPU) or faiss-gpu-cu12 (GPU)'
-        ) from exc
+        from verl_search.extras import install_line
+
+        raise ImportError(f"dense retrieval needs faiss: {install_line('dense')} (CPU) or faiss-gpu-cu12 (GPU)") from exc
     return faiss
 
 

@@ -23,6 +23,8 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
+from verl_search.extras import install_line
+
 logger = logging.getLogger(__name__)
 
 #: the encoder backends' names, the choices of `--encoder-backend` (`index build` and `serve`); `BACKENDS` has one
@@ -118,7 +120,8 @@ def _require_backend(backend: str) -> None:
 
     absent = [name for name in BACKENDS[backend] if missing(name)]
     if absent:
-        raise ImportError(f"encoder backend {backend!r} needs {', '.join(absent)}: pip install \"verl-search[{backend}]\"")
+        extra = "openvino" if backend == INT8_BACKEND else backend  # the [openvino] extra carries int8's nncf too
+        raise ImportError(f"encoder backend {backend!r} needs {', '.join(absent)}: {install_line(extra)}")
 
 
 def single_threaded_workers(count: int) -> ThreadPoolExecutor:
@@ -239,7 +242,7 @@ class SentenceEncoder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
-            raise ImportError('dense retrieval needs sentence-transformers: pip install "verl-search[dense]"') from exc
+            raise ImportError(f"dense retrieval needs sentence-transformers: {install_line('dense')}") from exc
         default_query, default_passage = default_prefixes(folder)
         self.path = str(folder)
         self.query_prefix = default_query if query_prefix is None else query_prefix

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
+from verl_search.datasets import resolve_corpus
 from verl_search.exits import DiskWriteError
 
 from verl_search.retrieval.bm25 import DEFAULT_BM25_PARAMS, build_bm25
@@ -102,7 +103,8 @@ class BuildOptions:
 
 
 def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, options: BuildOptions) -> Manifest:
-    """Build an index folder over `corpus_path` at `out_dir` and return its manifest.
+    """Build an index folder over `corpus_path` (a JSONL file, gzip-compressed or not, or a shipped
+    corpus by name: `mini-wiki`) at `out_dir` and return its manifest.
 
     Raises:
         FileExistsError: if `out_dir` exists and `options.overwrite` is false.
@@ -110,7 +112,7 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
         ValueError: on a bad option (unknown retriever, dense without encoder) or a malformed
             corpus line (the error names file and line).
     """
-    corpus_path = Path(corpus_path).resolve()
+    corpus_path = resolve_corpus(corpus_path).resolve()
     out_dir = Path(out_dir).resolve()
     if options.retriever not in ("bm25", "dense", "hybrid"):
         raise ValueError(f"retriever must be 'bm25', 'dense' or 'hybrid', got {options.retriever!r}")

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from verl_search.datasets import resolve_corpus
 from verl_search.env import read_env
 from verl_search.retrieval.base import Retriever
-from verl_search.retrieval.corpus import JsonlCorpus, file_sha256, scan_corpus
+from verl_search.retrieval.corpus import JsonlCorpus, corpus_bytes, file_sha256, scan_corpus
 from verl_search.retrieval.encoder import EncoderSettings
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.rerank import RerankOptions
@@ -209,7 +210,8 @@ def resolve_index(
 
     Args:
         index: an index folder (with `manifest.json`) or a faiss file (Search-R1 layout).
-        corpus: the JSONL corpus; default: the manifest's. Required for a faiss file.
+        corpus: the JSONL corpus (or a shipped one by name: `mini-wiki`); default: the manifest's.
+            Required for a faiss file.
         encoder: the encoder folder; default: the manifest's. Required for a faiss file.
         verify_corpus: also compare the corpus SHA-256 with the manifest (reads the whole file).
         use_gpu: see `load_faiss_index`.
@@ -231,12 +233,12 @@ def resolve_index(
                                    encoder_backend or "torch")
 
     manifest = Manifest.read(index_path)
-    corpus_path = Path(corpus or manifest.corpus.path).resolve()
+    corpus_path = (resolve_corpus(corpus) if corpus else Path(manifest.corpus.path)).resolve()
     if not corpus_path.is_file():
         raise FileNotFoundError(
             f"corpus {corpus_path} (recorded in {index_path / MANIFEST_NAME}) does not exist; pass --corpus PATH"
         )
-    size = corpus_path.stat().st_size
+    size = corpus_bytes(corpus_path)
     if size != manifest.corpus.bytes:
         raise IndexMismatchError(
             f"corpus {corpus_path} is {size} bytes but the index was built over {manifest.corpus.bytes} bytes "
@@ -278,7 +280,7 @@ def _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, pass
             f"{index_path} is a bare faiss file (Search-R1 layout): pass --corpus wiki-18.jsonl and "
             "--encoder PATH (the encoder the index was built with, e.g. e5-base-v2)"
         )
-    corpus_path = Path(corpus).resolve()
+    corpus_path = resolve_corpus(corpus).resolve()
     if not corpus_path.is_file():
         raise FileNotFoundError(f"corpus {corpus_path} does not exist")
     encoder_fingerprint(encoder)  # a folder with config.json, or FileNotFoundError now

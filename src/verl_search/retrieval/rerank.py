@@ -93,7 +93,9 @@ class CrossEncoderReranker:
         try:
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
-            raise ImportError('reranking needs sentence-transformers: pip install "verl-search[dense]"') from exc
+            from verl_search.extras import install_line
+
+            raise ImportError(f"reranking needs sentence-transformers: {install_line('dense')}") from exc
         from verl_search.retrieval.encoder import default_device
 
         self.path = str(folder)
