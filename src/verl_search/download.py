@@ -3,7 +3,7 @@
 | name | Hugging Face repository | what lands in `--out` |
 | --- | --- | --- |
 | `wiki18` | dataset `PeterJinGo/wiki-18-corpus` | `wiki-18.jsonl` (21M passages, 14 GB, gunzipped) |
-| `e5-index` | dataset `PeterJinGo/wiki-18-e5-index` | `e5_Flat.index` (parts concatenated, 64 GB) |
+| `e5-index` | dataset `PeterJinGo/wiki-18-e5-index` | `e5_Flat.index` (parts joined and removed, 64 GB) |
 | `e5-model` | model `intfloat/e5-base-v2` | `e5-base-v2/` |
 | `datasets` | dataset `RUC-NLPIR/FlashRAG_datasets` | the seven QA sets, FlashRAG JSONL |
 
@@ -77,11 +77,34 @@ def download(names: list[str], out: str | os.PathLike) -> list[Path]:
                 shutil.copyfileobj(source, sink, 1 << 24)
             written.append(out / "wiki-18.jsonl")
         elif name == "e5-index":
-            with open(out / "e5_Flat.index", "wb") as sink:
-                for part in sorted(out.glob("part_*")):
-                    with open(part, "rb") as source:
-                        shutil.copyfileobj(source, sink, 1 << 24)
-            written.append(out / "e5_Flat.index")
+            written.append(join_parts(sorted(out.glob("part_*")), out / "e5_Flat.index"))
         else:
             written.append(target)
     return written
+
+
+def join_parts(parts: list[Path], target: Path) -> Path:
+    """Concatenate `parts` (in the order given) into `target`, removing each part once it is copied.
+
+    The e5 index comes as `part_aa`, `part_ab`, ... (`split` output, 64 GB together): removing each part
+    as soon as its bytes are in the joined file keeps the disk at the index's size plus one part, not
+    twice the index. The join writes `TARGET.partial` and renames it to `target` at the end, so a
+    `target` on disk is always whole; a failed join leaves the `.partial` file and the parts not yet
+    copied (download again to start over).
+
+    Raises:
+        FileNotFoundError: `parts` is empty (nothing was downloaded).
+    """
+    if not parts:
+        raise FileNotFoundError(f"no index parts to join into {target}")
+    partial = target.with_name(target.name + ".partial")
+    with open(partial, "wb") as sink:
+        for part in parts:
+            with open(part, "rb") as source:
+                shutil.copyfileobj(source, sink, 1 << 24)
+            sink.flush()
+            os.fsync(sink.fileno())
+            part.unlink()
+            logger.info("joined %s into %s and removed it", part.name, partial.name)
+    partial.replace(target)
+    return target

@@ -43,6 +43,30 @@ def num_faiss_gpus() -> int:
     return int(get_num_gpus()) if get_num_gpus else 0
 
 
+#: faiss index classes faiss's GPU cloner copies to GPUs (`faiss/gpu/GpuCloner.cpp`, `ToGpuCloner::clone_Index`);
+#: an `IndexPreTransform` (e.g. `OPQ16,IVF4096,PQ16`) moves when the index it wraps does
+GPU_INDEX_TYPES = frozenset({"IndexFlat", "IndexFlatIP", "IndexFlatL2", "IndexIVFFlat", "IndexIVFPQ",
+                             "IndexIVFScalarQuantizer"})
+
+
+def check_gpu_compatible(index, path: str | os.PathLike = "the index") -> None:
+    """Raise before anything is copied if faiss cannot put `index` on GPUs (HNSW, PQ or SQ without IVF, ...).
+
+    Raises:
+        ValueError: naming the index type, the types that move, and the two ways out (serve `--cpu`, or
+            rebuild with a GPU-capable `--faiss-factory`: `Flat`, `IVF4096,Flat`, `IVF4096,PQ64`).
+    """
+    faiss = require_faiss()
+    inner = faiss.downcast_index(index)
+    while type(inner).__name__ == "IndexPreTransform":
+        inner = faiss.downcast_index(inner.index)
+    name = type(inner).__name__
+    if name not in GPU_INDEX_TYPES:
+        raise ValueError(f"faiss index {path} is of type {name}, which faiss cannot copy to GPUs (it can: "
+                         f"{', '.join(sorted(GPU_INDEX_TYPES))}); serve it with --cpu, or rebuild it with a GPU "
+                         "index type: index build --faiss-factory Flat | IVF4096,Flat | IVF4096,PQ64")
+
+
 def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None):
     """Read a faiss index file; move it to all GPUs (sharded, fp16) when there are any.
 
@@ -52,7 +76,8 @@ def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None):
             `True` requires GPUs.
 
     Raises:
-        ValueError: if the file cannot be read (truncated, corrupt, not a faiss index).
+        ValueError: if the file cannot be read (truncated, corrupt, not a faiss index), or GPUs are to be
+            used and its type cannot move to them (`check_gpu_compatible`: HNSW, ...).
         RuntimeError: if `use_gpu=True` and faiss sees no GPU.
     """
     faiss = require_faiss()
@@ -66,6 +91,7 @@ def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None):
     if use_gpu and gpus == 0:
         raise RuntimeError("use_gpu=True but faiss sees no GPU; install faiss-gpu-cu12 or pass use_gpu=False")
     if gpus and use_gpu is not False:
+        check_gpu_compatible(index, path)
         options = faiss.GpuMultipleClonerOptions()
         options.shard = True
         options.useFloat16 = True
