@@ -24,7 +24,6 @@ set (`mini-wiki:test`, `verl_search.datasets.DEFAULT_TRAIN_EXCLUDE`), and says h
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from verl_search.data.prompts import AGENT_NAMES, TEMPLATES
-from verl_search.datasets import DEFAULT_TRAIN_EXCLUDE, normalize_question, open_text, parse_spec, split_of
+from verl_search.datasets import DEFAULT_TRAIN_EXCLUDE, normalize_question, parse_spec, question_lines
 
 logger = logging.getLogger(__name__)
 
@@ -132,28 +131,19 @@ def read_examples(source: Source, on_bad_row: str = "error") -> list[tuple[int, 
         RowError: a bad row with `on_bad_row="error"`, naming file and line.
         FileNotFoundError: the file does not exist.
     """
-    if not source.path.is_file():
-        raise FileNotFoundError(f"input file {source.path} does not exist")
-    keep = split_of(source.dataset) if source.split else None
     examples = []
-    with open_text(source.path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            try:
-                try:
-                    example = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RowError(f"not valid JSON ({exc.msg} at column {exc.colno}): {line.strip()[:80]!r}") from exc
-                if not isinstance(example, dict):
-                    raise RowError(f"not a JSON object: {line.strip()[:80]!r}")
-                make_row(example, 0, "check", source.name)  # validates the fields
-            except RowError as exc:
-                message = f"{source.path}:{lineno}: {exc}"
-                if on_bad_row == "error":
-                    raise RowError(message + " (pass --on-bad-row skip to leave bad rows out, reported)") from exc
-                logger.warning("skipping bad row %s", message)
-                continue
-            if keep is None or keep.get(example.get("id")) == source.split:
-                examples.append((lineno, example))
+    for lineno, example, problem in question_lines(source.path, source.dataset, source.split):
+        try:
+            if problem:
+                raise RowError(problem)
+            make_row(example, 0, "check", source.name)  # validates the fields
+        except RowError as exc:
+            message = f"{source.path}:{lineno}: {exc}"
+            if on_bad_row == "error":
+                raise RowError(message + " (pass --on-bad-row skip to leave bad rows out, reported)") from exc
+            logger.warning("skipping bad row %s", message)
+            continue
+        examples.append((lineno, example))
     return examples
 
 

@@ -103,12 +103,6 @@ def open_text(path: str | os.PathLike):
     return open(path, encoding="utf-8")
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict]]:
-    with open_text(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            yield lineno, json.loads(line)
-
-
 @functools.lru_cache(maxsize=None)
 def split_of(name: str) -> dict[str, str]:
     """`{question id: "train" | "test"}` of a shipped dataset, by the rule in the module docstring.
@@ -116,16 +110,42 @@ def split_of(name: str) -> dict[str, str]:
     Raises:
         KeyError: `name` is not a shipped dataset.
     """
-    questions = DATASETS[name].questions
+    rows = [row for _, row, _ in question_lines(DATASETS[name].questions)]
     texts: dict[str, set[str]] = {}
-    for _, row in _rows(questions):
+    for row in rows:
         texts.setdefault(row["source"], set()).add(normalize_question(row["question"]))
     test: set[tuple[str, str]] = set()
     for source, distinct in texts.items():
         ranked = sorted(distinct, key=lambda text: hashlib.sha256(f"{source}:{text}".encode()).hexdigest())
         test.update((source, text) for text in ranked[: TEST_QUESTIONS_PER_SOURCE[source]])
     return {row["id"]: "test" if (row["source"], normalize_question(row["question"])) in test else "train"
-            for _, row in _rows(questions)}
+            for row in rows}
+
+
+def question_lines(path: str | os.PathLike, dataset: str | None = None,
+                   split: str | None = None) -> Iterator[tuple[int, dict | None, str | None]]:
+    """`(line number, row, None)` for each line of a JSONL file (`.gz` read through gzip) that is a
+    JSON object, `(line number, None, what is wrong)` for one that is not; with `dataset` and `split`,
+    only the valid rows of that split of the shipped dataset (bad lines are always yielded).
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist")
+    keep = split_of(dataset) if dataset and split else None
+    with open_text(path) as handle:
+        for lineno, line in enumerate(handle, start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield lineno, None, f"not valid JSON ({exc.msg} at column {exc.colno}): {line.strip()[:80]!r}"
+                continue
+            if not isinstance(row, dict):
+                yield lineno, None, f"not a JSON object: {line.strip()[:80]!r}"
+            elif keep is None or keep.get(row.get("id")) == split:
+                yield lineno, row, None
 
 
 def read_questions(spec: str | os.PathLike) -> list[dict]:
@@ -134,23 +154,14 @@ def read_questions(spec: str | os.PathLike) -> list[dict]:
 
     Raises:
         FileNotFoundError: a path that does not exist.
-        ValueError: a line that is not a JSON object (names file and line), or an unknown split.
+        ValueError: a line that is not a JSON object (names file, line and what is wrong), or an
+            unknown split.
     """
     parsed = parse_spec(spec)
     path = parsed[0].questions if parsed else Path(spec)
-    split = parsed[1] if parsed else None
-    if not path.is_file():
-        raise FileNotFoundError(f"question file {path} does not exist")
-    keep = split_of(parsed[0].name) if split else None
     rows = []
-    with open_text(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: not a JSON object")
-            if keep is None or keep.get(row.get("id")) == split:
-                rows.append(row)
+    for lineno, row, problem in question_lines(path, *((parsed[0].name, parsed[1]) if parsed else ())):
+        if problem:
+            raise ValueError(f"{path}:{lineno}: {problem}")
+        rows.append(row)
     return rows
