@@ -24,9 +24,10 @@ logger = logging.getLogger("verl_search")
 EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, ConnectionError, KeyError,
                    UnsupportedVerlVersion)
 #: sub-commands that need an extra: checked before the command imports anything of it
-NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl", "preprocess": "verl"}
+NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl", "preprocess": "verl",
+               "quickstart": "verl"}
 #: sub-commands that drive verl: they stop on another verl version (verl_search.verl_compat)
-NEEDS_VERL = {"eval", "check-config", "train"}
+NEEDS_VERL = {"eval", "check-config", "train", "quickstart"}
 
 
 def _add_index_build_arguments(build) -> None:
@@ -86,6 +87,13 @@ def _add_train_arguments(train) -> None:
                        help="hydra overrides, as for verl.trainer.main_ppo (the flags above may come among them)")
 
 
+def _add_quickstart_arguments(quick) -> None:
+    from verl_search.options import add_arguments
+    from verl_search.quickstart.options import QuickstartOptions
+
+    add_arguments(quick, QuickstartOptions)
+
+
 def _add_config_path_arguments(paths) -> None:
     paths.add_argument("name", choices=["tool", "access-tool", "agent-loop"],
                        help="tool: SearchTool config; access-tool: SearchTool + AccessTool; agent-loop: agent loops")
@@ -103,6 +111,8 @@ SUBCOMMANDS = {
                    _add_preprocess_arguments),
     "download": ("download wiki-18, its e5 index, e5-base-v2 or the FlashRAG QA sets", _add_download_arguments),
     "config-path": ("print the absolute path of a shipped verl YAML", _add_config_path_arguments),
+    "quickstart": ("index, evaluate, cold start, GRPO and evaluate again on the mini corpus, on the CPU, one report",
+                   _add_quickstart_arguments),
 }
 
 
@@ -211,6 +221,16 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from verl_search.options import build
+    from verl_search.quickstart.options import QuickstartOptions
+    from verl_search.quickstart.pipeline import run_quickstart
+
+    run_quickstart(build(QuickstartOptions, args))
+    logger.info("report written to %s/report.md", args.out)
+    return 0
+
+
 def cmd_config_path(args: argparse.Namespace) -> int:
     from verl_search.configs import config_path
 
@@ -242,6 +262,7 @@ COMMANDS = {
     ("preprocess", None): cmd_preprocess,
     ("download", None): cmd_download,
     ("config-path", None): cmd_config_path,
+    ("quickstart", None): cmd_quickstart,
 }
 
 

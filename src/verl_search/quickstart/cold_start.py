@@ -1,0 +1,265 @@
+"""The cold start: supervised search-then-answer trajectories, trained with verl's own SFT trainer.
+
+SmolLM2-135M-Instruct, prompted with Search-R1's instructions, does not close a `<search>` or
+`<answer>` tag on its own, so every rollout of a GRPO step scores 0, every group advantage is 0 and
+RL has no signal. DeepSeek-R1 (arXiv 2501.12948, section 2.3.1) calls the small supervised warm-up
+that fixes this a "cold start".
+
+A trajectory is built token for token as `SearchR1AgentLoop` builds one (`trajectory_tokens`):
+the prompt through verl's Continuous Token builder (the agent loop's `ct_build_initial_tokens`),
+the model turn `<think> .. </think>\\n<search> QUESTION </search>`, the observation of the real
+retriever's top-k passages framed by the agent loop's own `observation_tokens` (with the
+last-search notice when the protocol allows one search), then `<think> .. </think>\\n<answer>
+GOLD </answer>`. Only the two model turns carry `loss_mask` 1: prompt and observation tokens are
+masked, as `response_mask` masks them in RL. Only training questions whose gold answer occurs in
+their own top-k passages are used (`answerable_rows`).
+
+Training: `python -m torch.distributed.run --nproc_per_node=1 -m verl.trainer.sft_trainer` on the CPU
+with verl_search's CPU plugin, reading the trajectories through `data.custom_cls` =
+`SearchTrajectoryDataset` (this module), saving a Hugging Face folder (`hf_model` checkpoint
+content).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import sys
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SEARCH_TURN = "<think> I need to look this up. </think>\n<search> {question} </search>"
+ANSWER_TURN = "<think> The passages answer it. </think>\n<answer> {answer} </answer>"
+
+
+def answerable_rows(rows: list[dict], retriever, topk: int, limit: int, seed: int) -> list[tuple[dict, list]]:
+    """`(row, hits)` for up to `limit` verl rows whose gold answer (normalised) occurs in the
+    top-`topk` passages of their own question, in a random order fixed by `seed`.
+
+    `retriever`: any `verl_search.retrieval.base.Retriever` (`search(queries, topk)`).
+    """
+    from verl_search.rewards.qa import normalize_answer
+
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    hits = retriever.search([row["extra_info"]["question"] for row in rows], topk)
+    chosen = []
+    for row, row_hits in zip(rows, hits):
+        text = normalize_answer(" ".join(hit.passage.contents for hit in row_hits))
+        golds = [normalize_answer(g) for g in row["reward_model"]["ground_truth"]["target"]]
+        if any(g and g in text for g in golds):
+            chosen.append((row, row_hits))
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+def prompt_builder(model: str | os.PathLike, tokenizer):
+    """verl's Continuous Token builder for the model's `model_type`: what the agent loop's
+    `ct_build_initial_tokens` renders the first prompt with (`builder.build_initial_tokens(messages)`)."""
+    from transformers import AutoConfig
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    model_type = getattr(AutoConfig.from_pretrained(model), "model_type", None)
+    return create_continuous_token_builder(tokenizer, hf_model_type=model_type)
+
+
+def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: int, max_obs_tokens: int,
+                      response_length: int, min_tokens_after_observation: int = 64) -> tuple[list[int], list[int]]:
+    """`(input_ids, loss_mask)` of one search-then-answer trajectory (prompt + response).
+
+    Args:
+        row: a verl row of the tag protocol (`prompt`, `extra_info.question`, `reward_model`).
+        hits: the retriever's hits for the question (`Hit`: `.passage.id`, `.passage.contents`).
+        tokenizer, builder: the model's tokenizer and `prompt_builder`.
+        max_turns, max_obs_tokens, response_length, min_tokens_after_observation: the agent loop's
+            settings (they decide the last-search notice and the observation's length).
+
+    Returns two lists of equal length; `loss_mask` is 1 on the two model turns only.
+
+    Raises:
+        ValueError: `max_turns` is 0 (the protocol allows no search).
+    """
+    from verl_search.agent_loop.protocol import observation_tokens
+    from verl_search.protocol import LAST_SEARCH_NOTICE
+    from verl_search.tools.formatting import format_results
+
+    if max_turns < 1:
+        raise ValueError(f"max_turns={max_turns}: a search-then-answer trajectory needs max_turns >= 1")
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    prompt = list(builder.build_initial_tokens([dict(m) for m in row["prompt"]]))
+    question = row["extra_info"]["question"].strip()
+    search = encode(SEARCH_TURN.format(question=question))
+    documents = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
+    room = response_length - len(search) - min_tokens_after_observation
+    notice = LAST_SEARCH_NOTICE if max_turns == 1 else ""
+    observation, _ = observation_tokens(format_results([question], [documents])[0], encode,
+                                        min(max_obs_tokens, room), notice)
+    answer = encode(ANSWER_TURN.format(answer=row["reward_model"]["ground_truth"]["target"][0]))
+    ids = prompt + search + observation + answer
+    mask = [0] * len(prompt) + [1] * len(search) + [0] * len(observation) + [1] * len(answer)
+    return ids, mask
+
+
+def write_trajectories(chosen: list[tuple[dict, list]], tokenizer, builder, path: Path, **settings) -> int:
+    """Write the trajectories of `chosen` to a parquet (`input_ids`, `loss_mask`, `question`) for
+    `SearchTrajectoryDataset`; return the longest trajectory in tokens. `settings`: see
+    `trajectory_tokens`."""
+    from verl_search.data.preprocess import write_parquet
+
+    records = []
+    for row, hits in chosen:
+        ids, mask = trajectory_tokens(row, hits, tokenizer, builder, **settings)
+        records.append({"input_ids": ids, "loss_mask": mask, "question": row["extra_info"]["question"]})
+    write_parquet(records, path)
+    return max(len(r["input_ids"]) for r in records)
+
+
+class SearchTrajectoryDataset:
+    """verl SFT dataset (`data.custom_cls`) over the parquet `write_trajectories` writes.
+
+    verl's `create_sft_dataset` calls it as `(parquet_files=, tokenizer=, config=, processor=,
+    max_samples=)`. Each item is what verl's `MultiTurnSFTDataset` yields in `no_padding` mode:
+    `input_ids`, `position_ids` (0..n-1) and `loss_mask`, 1-D long tensors of one trajectory's
+    length (verl's `SFTTensorCollator` nests them).
+
+    Raises:
+        ValueError: `data.pad_mode` is not `no_padding`, or a trajectory is longer than
+            `data.max_length` (nothing is cut silently).
+    """
+
+    def __init__(self, parquet_files, tokenizer=None, config=None, processor=None, max_samples: int = -1):
+        import pandas as pd
+
+        files = [parquet_files] if isinstance(parquet_files, str | os.PathLike) else list(parquet_files)
+        config = config or {}
+        if config.get("pad_mode", "no_padding") != "no_padding":
+            raise ValueError(f"data.pad_mode={config.get('pad_mode')}: SearchTrajectoryDataset yields no_padding items")
+        frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        if max_samples is not None and max_samples > 0:
+            frame = frame.iloc[:max_samples]
+        self.items = [(list(ids), list(mask)) for ids, mask in zip(frame["input_ids"], frame["loss_mask"])]
+        limit = config.get("max_length", None)
+        longest = max((len(ids) for ids, _ in self.items), default=0)
+        if limit is not None and longest > limit:
+            raise ValueError(f"a trajectory has {longest} tokens, data.max_length={limit}: raise data.max_length")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict:
+        import torch
+
+        ids, mask = self.items[index]
+        return {"input_ids": torch.tensor(ids, dtype=torch.long),
+                "position_ids": torch.arange(len(ids), dtype=torch.long),
+                "loss_mask": torch.tensor(mask, dtype=torch.long)}
+
+
+def sft_command(model: str, data: Path, out: Path, *, steps: int, batch_size: int, lr: float,
+                max_length: int) -> list[str]:
+    """The command running verl's SFT trainer on the CPU over `data` (one process, gloo; fp32
+    compute, as `verl-search train --cpu` sets for the actor)."""
+    from verl_search.training.launch import FP32
+
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+        "-m", "verl_search.quickstart.sft_main",
+        f"model.path={model}", "model.use_remove_padding=false", "model.enable_gradient_checkpointing=false",
+        "++model.override_config.attn_implementation=sdpa",
+        "engine.strategy=fsdp2", "engine.model_dtype=fp32", f"++engine.mixed_precision={FP32}",
+        "engine.use_torch_compile=false",
+        f"data.train_files={data}", "data.val_files=null", "data.pad_mode=no_padding", "data.num_workers=0",
+        f"data.train_batch_size={batch_size}", f"data.micro_batch_size_per_gpu={batch_size}",
+        "data.use_dynamic_bsz=false", f"data.max_length={max_length}", "data.truncation=error",
+        "data.custom_cls.path=pkg://verl_search.quickstart.cold_start", "data.custom_cls.name=SearchTrajectoryDataset",
+        f"optim.lr={lr}", "optim.lr_warmup_steps_ratio=0.0", "optim.weight_decay=0.0",
+        f"trainer.total_training_steps={steps}", "trainer.total_epochs=1000", f"trainer.default_local_dir={out}",
+        "trainer.logger=[console,file]", "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.save_freq=-1",
+        "trainer.resume_mode=auto", "trainer.project_name=verl-search-quickstart", "trainer.experiment_name=cold-start",
+        "checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+    ]
+
+
+def run_sft(model: str, data: Path, out: Path, log: Path, metrics: Path, **settings) -> Path:
+    """Run verl's SFT trainer (`sft_command`); return the Hugging Face folder of its last step.
+
+    Raises:
+        RuntimeError: the trainer failed (the message names `log`).
+    """
+    from verl_search.quickstart.progress import run_logged
+    from verl_search.training.launch import train_env
+
+    command = sft_command(model, data, out, **settings)
+    env = {**train_env(cpu=True), "VERL_FILE_LOGGER_PATH": str(metrics)}
+    code = run_logged(command, env, log, metrics, settings["steps"], "cold start (verl SFT)")
+    folder = out / f"global_step_{settings['steps']}" / "huggingface"
+    if code != 0 or not (folder / "config.json").is_file():
+        raise RuntimeError(f"verl's SFT trainer failed (exit {code}); its output is in {log}")
+    return folder
+
+
+def sft_losses(metrics: Path) -> list[float]:
+    """`train/loss` per step from verl's file logger output."""
+    from verl_search.quickstart.progress import logged_steps
+
+    steps = logged_steps(metrics)
+    return [round(float(steps[s]["train/loss"]), 4) for s in sorted(steps) if "train/loss" in steps[s]]
+
+
+def read_rows(path: Path) -> list[dict]:
+    """verl rows from a parquet, with lists where parquet gives numpy arrays."""
+    import pandas as pd
+
+    rows = pd.read_parquet(path).to_dict("records")
+    for row in rows:
+        row["prompt"] = [dict(m) for m in row["prompt"]]
+        row["reward_model"]["ground_truth"]["target"] = list(row["reward_model"]["ground_truth"]["target"])
+    return rows
+
+
+def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options, response_length: int) -> Path:
+    """The cold start of `verl-search quickstart`: trajectories of up to `options.sft_examples`
+    answerable training questions, `options.sft_epochs` passes of verl's SFT trainer over them in
+    steps of `options.sft_batch_size`; return the Hugging Face folder `out/hf`.
+
+    Writes `out/trajectories.parquet`, `out/sft.log`, `out/metrics.jsonl` (verl's file logger),
+    `out/ckpt/` (verl's checkpoints) and `out/cold_start.json` (examples, steps, losses, questions).
+
+    Raises:
+        ValueError: fewer answerable training questions than one batch.
+        RuntimeError: the SFT trainer failed.
+    """
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from verl_search.retrieval.loader import resolve_index
+
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = answerable_rows(read_rows(train_file), resolve_index(index).load(), options.topk, options.sft_examples,
+                             options.seed)
+    if len(chosen) < options.sft_batch_size:
+        raise ValueError(f"{len(chosen)} training questions have their answer in their top-{options.topk} passages, "
+                         f"fewer than --sft-batch-size {options.sft_batch_size}")
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    longest = write_trajectories(chosen, tokenizer, prompt_builder(model, tokenizer), out / "trajectories.parquet",
+                                 max_turns=options.max_turns, max_obs_tokens=options.max_obs_tokens,
+                                 response_length=response_length)
+    steps = options.sft_epochs * (len(chosen) // options.sft_batch_size)  # verl drops an incomplete last batch
+    metrics = out / "metrics.jsonl"
+    folder = run_sft(model, out / "trajectories.parquet", out / "ckpt", out / "sft.log", metrics, steps=steps,
+                     batch_size=options.sft_batch_size, lr=options.sft_lr, max_length=longest)
+    target = out / "hf"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(folder, target)
+    summary = {"examples": len(chosen), "steps": steps, "batch_size": options.sft_batch_size, "lr": options.sft_lr,
+               "losses": sft_losses(metrics), "questions": [row["extra_info"]["question"] for row, _ in chosen]}
+    (out / "cold_start.json").write_text(json.dumps(summary, indent=1))
+    return target

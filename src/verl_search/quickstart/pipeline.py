@@ -1,0 +1,293 @@
+"""`run_quickstart`: the quickstart's stages in order, each skipped when its output is complete.
+
+| stage | writes (under `--out`) | depends on |
+| --- | --- | --- |
+| `index` | `index/` (BM25 over the mini corpus) | |
+| `data` | `data/train.parquet`, `data/test.parquet` (`mini-wiki:train`, `--test-questions` of `mini-wiki:test`) | |
+| `eval_untrained` | `eval/untrained/` (`verl-search eval`'s folder: `trajectories.jsonl`, `report.*`) | index, data |
+| `cold_start` | `cold_start/` (trajectories parquet, verl SFT log, metrics, checkpoint, `hf/`) | index, data |
+| `eval_cold_start` | `eval/cold_start/` | cold_start |
+| `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start |
+| `eval_grpo` | `eval/grpo/` | grpo |
+| `report` | `report.md`, `report.json`, `curves.png` | every evaluation |
+
+Resume: `stages/NAME.json` records a stage's fingerprint (the options its output depends on, and
+its inputs' fingerprints), its status and its seconds. A finished stage with the same fingerprint
+is skipped; an unfinished one is run again and resumes where it stopped (an evaluation skips the
+questions already in its `trajectories.jsonl`; the SFT and GRPO trainers resume from their last
+checkpoint, `trainer.resume_mode=auto`). A stage recorded with another fingerprint is refused
+(`ValueError` naming the options that differ): its folder holds another run's output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_KEYS = ("max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens", "temperature")
+
+
+@dataclass
+class Stage:
+    """One stage: `name`, the option fields its output depends on (`keys`), the stages whose output
+    it reads (`needs`), and `run()` (which may resume a partial output)."""
+
+    name: str
+    keys: tuple[str, ...]
+    needs: tuple[str, ...]
+    run: Callable[[], None]
+
+
+@dataclass
+class StageRecord:
+    """`stages/NAME.json`: `fingerprint`, `status` (`started` | `done`), `seconds` over every attempt,
+    `attempts`."""
+
+    fingerprint: dict
+    status: str = "started"
+    seconds: float = 0.0
+    attempts: int = 0
+
+
+def fingerprint(stage: Stage, stages: dict[str, Stage], options: QuickstartOptions) -> dict:
+    """The options `stage` depends on, with the fingerprints of the stages it `needs`."""
+    values = dataclasses.asdict(options)
+    return {"options": {k: values[k] for k in stage.keys},
+            "needs": {name: fingerprint(stages[name], stages, options) for name in stage.needs if name in stages}}
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} then, {b!r} now")
+    return out
+
+
+def read_record(folder: Path, name: str) -> StageRecord | None:
+    """The record of stage `name` under `folder` (`None` when the stage never started)."""
+    path = folder / f"{name}.json"
+    return StageRecord(**json.loads(path.read_text())) if path.is_file() else None
+
+
+def write_record(folder: Path, name: str, record: StageRecord) -> None:
+    """Write a stage's record atomically."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(record), indent=1))
+    tmp.replace(folder / f"{name}.json")
+
+
+def needs_run(folder: Path, name: str, print_: dict) -> bool:
+    """False when stage `name` finished with fingerprint `print_`; True when it never started or
+    did not finish with it.
+
+    Raises:
+        ValueError: the stage was recorded with another fingerprint (the message lists the options
+            that differ and says how to start afresh).
+    """
+    record = read_record(folder, name)
+    if record is None:
+        return True
+    if record.fingerprint != print_:
+        changes = "; ".join(_differences(record.fingerprint, print_))
+        raise ValueError(f"stage {name!r} in {folder.parent} was run with other options ({changes}): pass another "
+                         f"--out, or the same options as before")
+    return record.status != "done"
+
+
+def run_stages(stages: list[Stage], options: QuickstartOptions) -> dict[str, float]:
+    """Run `stages` in order, skipping finished ones; return seconds per stage (every attempt summed).
+
+    Shows a stage bar (tqdm: stage k/n, elapsed, ETA); the stages show their own bars.
+    """
+    from tqdm.auto import tqdm
+
+    folder = Path(options.out) / "stages"
+    by_name = {stage.name: stage for stage in stages}
+    timings = {}
+    with tqdm(total=len(stages), desc="quickstart", unit="stage") as bar:
+        for stage in stages:
+            print_ = fingerprint(stage, by_name, options)
+            bar.set_postfix_str(stage.name)
+            if needs_run(folder, stage.name, print_):
+                record = read_record(folder, stage.name) or StageRecord(print_)
+                record.attempts += 1
+                logger.info("stage %s: running (attempt %d)", stage.name, record.attempts)
+                write_record(folder, stage.name, record)
+                started = time.perf_counter()
+                try:
+                    stage.run()
+                    record.status = "done"
+                finally:
+                    record.seconds += time.perf_counter() - started
+                    write_record(folder, stage.name, record)
+            else:
+                logger.info("stage %s: done before, skipped", stage.name)
+            timings[stage.name] = round(read_record(folder, stage.name).seconds, 1)
+            bar.update(1)
+    return timings
+
+
+class Quickstart:
+    """The stages of one run (see the module docstring) over `options`.
+
+    Args:
+        options: see `QuickstartOptions`.
+    """
+
+    def __init__(self, options: QuickstartOptions):
+        self.options = options
+        self.out = Path(options.out).resolve()
+        self.recipe = Path(options.recipe).resolve()
+        self.index = self.out / "index"
+        self.train_file = self.out / "data" / "train.parquet"
+        self.test_file = self.out / "data" / "test.parquet"
+        self.protocol = protocol_options(options, self.index)
+
+    def stages(self) -> list[Stage]:
+        """The stages this run's options ask for, in order."""
+        o = self.options
+        protocol = (*PROTOCOL_KEYS, "batch_size")
+        stages = [
+            Stage("index", (), (), self.build_index),
+            Stage("data", ("test_questions", "seed"), (), self.write_data),
+            Stage("eval_untrained", ("model", *protocol), ("index", "data"), lambda: self.evaluate("untrained", o.model)),
+        ]
+        if o.sft_examples:
+            stages += [
+                Stage("cold_start", ("model", "sft_examples", "sft_epochs", "sft_batch_size", "sft_lr", "seed",
+                                     *PROTOCOL_KEYS), ("index", "data"), self.cold_start),
+                Stage("eval_cold_start", protocol, ("cold_start", "data"),
+                      lambda: self.evaluate("cold_start", self.out / "cold_start" / "hf")),
+            ]
+        if o.grpo_steps:
+            stages += [
+                Stage("grpo", ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", *PROTOCOL_KEYS),
+                      ("index", "data", "cold_start"), self.grpo),
+                Stage("eval_grpo", protocol, ("grpo", "data"), lambda: self.evaluate("grpo", self.out / "grpo" / "hf")),
+            ]
+        return stages
+
+    def build_index(self) -> None:
+        from verl_search.quickstart.data import corpus_path
+        from verl_search.retrieval.index_builder import BuildOptions, build_index
+
+        build_index(corpus_path(), self.index, BuildOptions(retriever="bm25", overwrite=True))
+
+    def write_data(self) -> None:
+        from verl_search.data.preprocess import write_parquet
+        from verl_search.quickstart.data import split_rows
+
+        write_parquet(split_rows("train", seed=self.options.seed), self.train_file)
+        write_parquet(split_rows("test", self.options.test_questions, self.options.seed), self.test_file)
+
+    def base_model(self) -> str:
+        """`--model` as a Hugging Face folder (SmolLM2's GGUF is converted once)."""
+        from verl_search.rollout.models import load_causal_lm
+
+        return load_causal_lm(self.options.model)[2]
+
+    def evaluate(self, name: str, model) -> None:
+        from verl_search.eval.harness import run_eval
+
+        run_eval(for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name))
+
+    def cold_start(self) -> None:
+        from verl_search.quickstart.cold_start import run_cold_start
+
+        run_cold_start(self.base_model(), self.index, self.train_file, self.out / "cold_start", self.options,
+                       response_length(self.options))
+
+    def grpo(self) -> None:
+        from verl_search.quickstart.grpo import grpo_overrides, run_grpo
+
+        o = self.options
+        start = str(self.out / "cold_start" / "hf") if o.sft_examples else self.base_model()
+        out = self.out / "grpo"
+        out.mkdir(parents=True, exist_ok=True)
+        overrides = grpo_overrides(self.protocol, model=start, train_file=self.train_file, val_file=self.test_file,
+                                   out=out, steps=o.grpo_steps, prompts_per_step=o.prompts_per_step,
+                                   group_size=o.group_size, lr=o.grpo_lr, kl=False)
+        run_grpo(self.recipe, self.index, overrides, out, o.grpo_steps)
+
+    def report(self, timings: dict[str, float]) -> dict:
+        """Write the report (always redone: it reads every stage's output)."""
+        from verl_search.eval.records import read_trajectories
+        from verl_search.quickstart.progress import logged_steps
+        from verl_search.quickstart.report import write_report
+
+        records = {}
+        for name in ("untrained", "cold_start", "grpo"):
+            path = self.out / "eval" / name / "trajectories.jsonl"
+            if path.is_file():
+                records[name] = list(read_trajectories(path).values())
+        steps = logged_steps(self.out / "grpo" / "metrics.jsonl")
+        meta = {"title": f"verl-search quickstart: {Path(self.options.model).name}, mini-wiki test split",
+                "options": dataclasses.asdict(self.options), "recipe": str(self.recipe),
+                "trajectories": {name: f"eval/{name}/trajectories.jsonl" for name in records}}
+        return write_report(self.out, records, timings, steps, meta, self.options.bootstrap_samples, self.options.seed)
+
+
+#: what `export_run` keeps of a run folder: the report, every log and metrics file, the cold-start
+#: summary and trajectories, each evaluation's trajectories and report, the stage records
+KEPT = ("report.md", "report.json", "curves.png", "stages/*.json", "data/*.parquet", "cold_start/cold_start.json",
+        "cold_start/trajectories.parquet", "cold_start/sft.log", "cold_start/metrics.jsonl", "grpo/train.log",
+        "grpo/metrics.jsonl", "grpo/agent_loops.yaml", "eval/*/trajectories.jsonl", "eval/*/report.*")
+#: files above this size are gzip-compressed in the export (`NAME.gz`)
+COMPRESS_ABOVE = 1_000_000
+
+
+def export_run(out: Path, dest: Path) -> list[Path]:
+    """Copy the files of run folder `out` that back its report (`KEPT`, plus the GRPO rollouts of
+    the last step) into `dest`, without the index, checkpoints or models; return the files written.
+    Files over `COMPRESS_ABOVE` bytes are gzip-compressed."""
+    import gzip
+    import shutil
+
+    rollouts = sorted((out / "grpo" / "rollouts").glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+    sources = sorted({p for pattern in KEPT for p in out.glob(pattern) if p.is_file()} | set(rollouts[-1:]))
+    written = []
+    for source in sources:
+        target = dest / source.relative_to(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.stat().st_size > COMPRESS_ABOVE:
+            target = target.with_name(target.name + ".gz")
+            with open(source, "rb") as src, gzip.open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            shutil.copyfile(source, target)
+        written.append(target)
+    return written
+
+
+def run_quickstart(options: QuickstartOptions) -> dict:
+    """Run (or resume) every stage, write the report and, with `options.export`, export the run;
+    return the report (`report.json`).
+
+    Raises:
+        ValueError: `options.out` holds a run made with other options (see `needs_run`).
+        FileNotFoundError: the recipe or the model does not exist.
+        RuntimeError: a trainer failed (the message names its log).
+    """
+    run = Quickstart(options)
+    run.out.mkdir(parents=True, exist_ok=True)
+    timings = run_stages(run.stages(), options)
+    report = run.report(timings)
+    logger.info("report written to %s", run.out / "report.md")
+    if options.export:
+        files = export_run(run.out, Path(options.export))
+        logger.info("exported %d files to %s", len(files), options.export)
+    return report

@@ -1,0 +1,54 @@
+"""Progress of the quickstart's trainer runs: a step bar (tqdm: step, rate, ETA) read from the
+metrics file verl's file logger writes (`VERL_FILE_LOGGER_PATH`), while the trainer's own output
+goes to a log file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+REFRESH_S = 30
+"""Seconds between redraws of a step bar while no step finishes (logs stay short)."""
+
+
+def logged_steps(metrics: Path) -> dict[int, dict]:
+    """verl's file-logger lines by step (`VERL_FILE_LOGGER_PATH`); a torn last line is skipped."""
+    steps: dict[int, dict] = {}
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            steps.setdefault(entry["step"], {}).update(entry["data"])
+    return steps
+
+
+def run_logged(command: list[str], env: dict, log: Path, metrics: Path, total: int, desc: str) -> int:
+    """Run `command` with its output appended to `log`, showing a step bar (tqdm: step, ETA) read
+    from the trainer's `metrics` file; return its exit code."""
+    from tqdm.auto import tqdm
+
+    with open(log, "a", encoding="utf-8") as sink, tqdm(total=total, desc=desc, unit="step") as bar:
+        sink.write("$ " + " ".join(command) + "\n")
+        sink.flush()
+        process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            while process.poll() is None:
+                time.sleep(2)
+                done = min(max(logged_steps(metrics), default=0), total)
+                if done > bar.n:
+                    bar.update(done - bar.n)
+                elif time.time() - bar.last_print_t > REFRESH_S:
+                    bar.refresh()  # the elapsed time moves on between steps
+        except BaseException:  # Ctrl-C or an error here: stop the trainer too, its checkpoints stay
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            raise
+        bar.update(max(0, min(max(logged_steps(metrics), default=0), total) - bar.n))
+        return process.returncode

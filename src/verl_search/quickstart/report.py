@@ -1,0 +1,162 @@
+"""The quickstart's report: the models side by side, paired differences, training curves, timings.
+
+`report.md` / `report.json`: per model (untrained, cold start, GRPO) and per data source, EM, F1
+and cover-EM with 95% intervals (`verl_search.eval.report.summarize`), searches per question,
+share answered, failed searches; the paired comparison of consecutive models on the same
+questions (`paired_bootstrap` of the EM, F1 and reward differences); the stage timings. `curves.png`:
+the GRPO trainer's logged step metrics (`plot_curves`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+#: step metrics of verl's file logger plotted when present: reward, response length, entropy, KL, loss
+CURVE_KEYS = ("critic/score/mean", "response_length/mean", "actor/entropy", "actor/kl_loss", "actor/pg_loss")
+#: the prefix of the per-step search metrics (`verl_search.training.metrics.PREFIX`)
+SEARCH_PREFIX = "search/"
+
+
+def paired_bootstrap(before: list[float], after: list[float], samples: int = 10000, seed: int = 0) -> dict:
+    """Mean of `after - before` over paired questions, with a 95% percentile bootstrap interval
+    (questions resampled with replacement, `samples` times, `random.Random(seed)`).
+
+    Returns `{"n", "mean_diff", "ci95": [low, high], "better", "worse"}` (`better`/`worse`: pairs where
+    `after` is above/below `before`).
+
+    Raises:
+        ValueError: the lists differ in length or are empty.
+
+    >>> paired_bootstrap([0, 0, 0, 0], [1, 1, 1, 1])["ci95"]
+    [1.0, 1.0]
+    """
+    if len(before) != len(after) or not before:
+        raise ValueError(f"paired_bootstrap needs two equally long non-empty lists, got {len(before)} and {len(after)}")
+    diffs = [b - a for a, b in zip(before, after)]
+    n = len(diffs)
+    rng = random.Random(seed)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
+    low, high = means[int(0.025 * (samples - 1))], means[int(round(0.975 * (samples - 1)))]
+    return {"n": n, "mean_diff": sum(diffs) / n, "ci95": [low, high],
+            "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)}
+
+
+def paired(records_a: list[dict], records_b: list[dict], key: str, samples: int, seed: int) -> dict:
+    """`paired_bootstrap` of `key` over the question ids both record lists hold.
+
+    Raises:
+        ValueError: they share no question.
+    """
+    a = {r["id"]: float(r[key]) for r in records_a}
+    b = {r["id"]: float(r[key]) for r in records_b}
+    ids = sorted(a.keys() & b.keys())
+    if not ids:
+        raise ValueError(f"no question in common to compare {key!r} on")
+    return paired_bootstrap([a[i] for i in ids], [b[i] for i in ids], samples, seed)
+
+
+def _cell(entry: dict, key: str) -> str:
+    value = entry[key]
+    return f"{value['mean']:.3f} [{value['ci95'][0]:.3f}, {value['ci95'][1]:.3f}]"
+
+
+def models_table(summaries: dict[str, dict]) -> str:
+    """Markdown: one row per (model, data source), `all` first for each model. `summaries`: model
+    name -> `verl_search.eval.report.summarize` output."""
+    lines = ["| model | data source | n | EM [95% CI] | F1 [95% CI] | cover-EM [95% CI] | searches/q | answered | "
+             "failed searches |", "| --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: |"]
+    for model, summary in summaries.items():
+        for source in ["all", *(s for s in summary if s != "all")]:
+            e = summary[source]
+            lines.append(f"| {model} | {source} | {e['n']} | {_cell(e, 'em')} | {_cell(e, 'f1')} | {_cell(e, 'cover_em')} "
+                         f"| {e['mean_searches']:.2f} | {e['answered']:.2f} | {e['failed_searches']} |")
+    return "\n".join(lines) + "\n"
+
+
+def comparisons_table(comparisons: dict[str, dict]) -> str:
+    """Markdown: one row per comparison (`"a -> b: key"` -> `paired_bootstrap` output)."""
+    lines = ["| comparison | n | mean difference [95% bootstrap CI] | better | worse |", "| --- | ---: | --- | ---: | ---: |"]
+    for name, c in comparisons.items():
+        lines.append(f"| {name} | {c['n']} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] | "
+                     f"{c['better']} | {c['worse']} |")
+    return "\n".join(lines) + "\n"
+
+
+def timings_table(timings: dict[str, float]) -> str:
+    """Markdown: seconds per stage and in all."""
+    lines = ["| stage | seconds |", "| --- | ---: |"]
+    lines += [f"| {stage} | {seconds:.0f} |" for stage, seconds in timings.items()]
+    lines.append(f"| all | {sum(timings.values()):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def curve_keys(steps: dict[int, dict]) -> list[str]:
+    """The logged keys `plot_curves` draws, in order: those of `CURVE_KEYS` present, then every
+    per-step search metric (`search/...`, `verl_search.training.metrics`) that is a mean or a share."""
+    present = {key for values in steps.values() for key in values}
+    search = sorted(k for k in present if k.startswith(SEARCH_PREFIX) and k.endswith(("/mean", "_share", "/share")))
+    return [k for k in CURVE_KEYS if k in present] + search
+
+
+def plot_curves(steps: dict[int, dict], path: Path, title: str) -> list[str]:
+    """One panel per `curve_keys` metric against the step, as PNG; return the keys drawn (none:
+    no file is written)."""
+    keys = curve_keys(steps)
+    if not keys:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(4, len(keys))
+    rows = (len(keys) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
+    order = sorted(steps)
+    for axis, key in zip(axes.flat, keys):
+        points = [(s, steps[s][key]) for s in order if key in steps[s]]
+        axis.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+        axis.set_title(key, fontsize=9)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    for axis in list(axes.flat)[len(keys):]:
+        axis.axis("off")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return keys
+
+
+def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, float], steps: dict[int, dict],
+                 meta: dict, samples: int = 10000, seed: int = 0) -> dict:
+    """Write `report.json`, `report.md` and (with GRPO steps logged) `curves.png` into `out`.
+
+    Args:
+        records: model name -> its evaluation's `trajectories.jsonl` records, in the order compared
+            (each model against the one before it, and the last against the first).
+        timings: stage -> seconds. steps: GRPO step -> logged metrics. meta: written as is.
+        samples, seed: of the paired bootstrap.
+
+    Returns the report as written to `report.json`.
+    """
+    from verl_search.eval.report import summarize
+
+    summaries = {model: summarize(rows) for model, rows in records.items() if rows}
+    names = list(summaries)
+    pairs = list(zip(names, names[1:])) + ([(names[0], names[-1])] if len(names) > 2 else [])
+    comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed)
+                   for a, b in pairs for key in ("em", "f1", "score")}
+    curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
+    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "timings_s": timings,
+              "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}}
+    (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    parts = [f"# {meta.get('title', 'verl-search quickstart')}", "", models_table(summaries),
+             "## Paired differences (same questions)", "", comparisons_table(comparisons),
+             "## Stage timings", "", timings_table(timings)]
+    if curves:
+        parts += ["## GRPO training curves", "", "![curves](curves.png)", "", "Plotted: " + ", ".join(curves), ""]
+    (out / "report.md").write_text("\n".join(parts), encoding="utf-8")
+    return report

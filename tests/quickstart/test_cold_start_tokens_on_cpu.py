@@ -1,0 +1,111 @@
+"""The cold start's trajectories are token for token what the Search-R1 agent loop builds.
+
+Real: verl's `AgentLoopWorker` and dataset, our `SearchR1AgentLoop` registered through the YAML the
+quickstart's GRPO run uses (`grpo.agent_loop_yaml`), the Qwen2.5 tokenizer and chat template, a
+BM25 server over the mini corpus (uvicorn on 127.0.0.1) and the same index in process for the cold
+start. Stand-in: `ScriptedLLM` for the rollout engine, replying the cold start's own two turns, so
+the two token sequences and masks must agree exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from transformers import AutoTokenizer
+
+from tests.verl_helpers import ScriptedLLM
+from verl_search.data.preprocess import write_parquet
+from verl_search.eval.batch import load_dataset, make_batch
+from verl_search.eval.verl_config import compose_verl_config
+from verl_search.quickstart.cold_start import (
+    ANSWER_TURN,
+    SEARCH_TURN,
+    SearchTrajectoryDataset,
+    answerable_rows,
+    prompt_builder,
+    trajectory_tokens,
+    write_trajectories,
+)
+from verl_search.quickstart.data import split_rows
+from verl_search.quickstart.grpo import agent_loop_yaml
+from verl_search.quickstart.options import QuickstartOptions, protocol_options
+
+
+@pytest.fixture(scope="module")
+def chosen(bm25_retriever):
+    """Three training questions whose gold answer is in their own top-3 passages."""
+    return answerable_rows(split_rows("train", 30), bm25_retriever, 3, 3, seed=0)
+
+
+def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch):
+    """`(input_ids, mask)` per row as verl's worker + our agent loop build them (prompt mask 0)."""
+    from verl.experimental.agent_loop import AgentLoopWorker
+
+    monkeypatch.setenv("VERL_SEARCH_URL", url)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    answers = {row["extra_info"]["question"].strip(): row["reward_model"]["ground_truth"]["target"][0] for row in rows}
+
+    def script(prompt_text, turn):
+        question = next(q for q in answers if q in prompt_text)
+        return SEARCH_TURN.format(question=question) if turn == 0 else ANSWER_TURN.format(answer=answers[question])
+
+    data = folder / "rows.parquet"
+    write_parquet(rows, data)
+    config = compose_verl_config([
+        f"actor_rollout_ref.model.path={tiny_qwen}", "actor_rollout_ref.rollout.name=sglang",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_yaml(protocol, folder / 'loops.yaml')}",
+        f"actor_rollout_ref.rollout.prompt_length={protocol.prompt_length}",
+        f"actor_rollout_ref.rollout.response_length={protocol.response_length}",
+        f"data.train_files={data}", f"data.val_files={data}",
+    ])
+    worker = AgentLoopWorker(config, ScriptedLLM(tokenizer, script))
+    dataset = load_dataset(data, tokenizer, config.data)
+    output = asyncio.run(worker.generate_sequences(make_batch(dataset, range(len(dataset)))))
+    width = output.batch["prompts"].shape[1]
+    out = []
+    for i in range(len(rows)):
+        attention = output.batch["attention_mask"][i].tolist()
+        prompt = [t for t, a in zip(output.batch["prompts"][i].tolist(), attention[:width]) if a]
+        valid = sum(attention[width:])
+        response = output.batch["responses"][i, :valid].tolist()
+        mask = output.batch["response_mask"][i, :valid].tolist()
+        out.append((prompt + response, [0] * len(prompt) + mask))
+    return out
+
+
+@pytest.mark.parametrize("max_turns", [2, 1], ids=["two-turns", "one-turn-with-notice"])
+def test_cold_start_tokens_equal_the_agent_loops(tiny_qwen, chosen, bm25_server, tmp_path, monkeypatch, max_turns):
+    options = QuickstartOptions(max_turns=max_turns, max_obs_tokens=120)
+    protocol = protocol_options(options, "unused")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    builder = prompt_builder(tiny_qwen, tokenizer)
+    ours = [trajectory_tokens(row, hits, tokenizer, builder, max_turns=max_turns, max_obs_tokens=120,
+                              response_length=protocol.response_length) for row, hits in chosen]
+    theirs = agent_loop_trajectories(tiny_qwen, [row for row, _ in chosen], protocol, f"{bm25_server.url}/retrieve",
+                                     tmp_path, monkeypatch)
+    for (ids, mask), (loop_ids, loop_mask) in zip(ours, theirs):
+        assert ids == loop_ids, tokenizer.decode(ids) + "\n----\n" + tokenizer.decode(loop_ids)
+        assert mask == loop_mask
+        trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+        assert "<information>" not in trained and "Doc 1(Title:" not in trained  # observations masked
+        assert "</search>" in trained and "</answer>" in trained
+        assert ("no more searches" in tokenizer.decode(ids)) == (max_turns == 1)
+
+
+def test_the_sft_dataset_yields_what_was_written(tiny_qwen, chosen, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    builder = prompt_builder(tiny_qwen, tokenizer)
+    settings = {"max_turns": 2, "max_obs_tokens": 160, "response_length": 608}
+    longest = write_trajectories(chosen, tokenizer, builder, tmp_path / "t.parquet", **settings)
+    dataset = SearchTrajectoryDataset(str(tmp_path / "t.parquet"), tokenizer, {"pad_mode": "no_padding",
+                                                                               "max_length": longest})
+    assert len(dataset) == len(chosen)
+    for item, (row, hits) in zip(dataset, chosen):
+        ids, mask = trajectory_tokens(row, hits, tokenizer, builder, **settings)
+        assert item["input_ids"].tolist() == ids and item["loss_mask"].tolist() == mask
+        assert item["position_ids"].tolist() == list(range(len(ids)))
+    with pytest.raises(ValueError, match="max_length"):
+        SearchTrajectoryDataset(str(tmp_path / "t.parquet"), tokenizer, {"max_length": longest - 1})
+    with pytest.raises(ValueError, match="pad_mode"):
+        SearchTrajectoryDataset(str(tmp_path / "t.parquet"), tokenizer, {"pad_mode": "right"})

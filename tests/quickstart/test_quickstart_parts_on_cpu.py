@@ -1,0 +1,201 @@
+"""The quickstart's pure parts: the paired bootstrap, the report tables and curves, the stage resume
+logic, the options shared by training and evaluation, the split it evaluates on."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
+from verl_search.quickstart.pipeline import Stage, StageRecord, needs_run, read_record, run_stages, write_record
+from verl_search.quickstart.report import (
+    comparisons_table,
+    curve_keys,
+    models_table,
+    paired,
+    paired_bootstrap,
+    plot_curves,
+    write_report,
+)
+
+
+# --- paired bootstrap ------------------------------------------------------------------------------
+
+def test_bootstrap_of_a_constant_difference_is_that_difference():
+    result = paired_bootstrap([0.0] * 20, [1.0] * 20, samples=500)
+    assert result["mean_diff"] == 1.0 and result["ci95"] == [1.0, 1.0]
+    assert result["better"] == 20 and result["worse"] == 0
+
+
+def test_bootstrap_interval_covers_zero_when_nothing_changed_and_excludes_it_for_a_real_gain():
+    rng = random.Random(1)
+    before = [float(rng.random() < 0.3) for _ in range(200)]
+    same = paired_bootstrap(before, list(before), samples=2000)
+    assert same["ci95"] == [0.0, 0.0]
+    shuffled = list(before)
+    rng.shuffle(shuffled)  # other questions right, as many of them: no gain on average
+    flat = paired_bootstrap(before, shuffled, samples=2000)
+    assert flat["mean_diff"] == 0 and flat["ci95"][0] < 0 < flat["ci95"][1]
+    gain = [1.0 if rng.random() < 0.4 else b for b in before]  # only ever better
+    up = paired_bootstrap(before, gain, samples=2000)
+    assert up["ci95"][0] > 0 and up["worse"] == 0
+
+
+def test_bootstrap_is_seeded_and_pairs_by_question_id():
+    a = [float(i % 3 == 0) for i in range(50)]
+    b = [float(i % 2 == 0) for i in range(50)]
+    assert paired_bootstrap(a, b, 1000, seed=3) == paired_bootstrap(a, b, 1000, seed=3)
+    first = [{"id": str(i), "em": a[i]} for i in range(50)]
+    second = [{"id": str(i), "em": b[i]} for i in reversed(range(50))]  # other order, same questions
+    assert paired(first, second, "em", 1000, 3) == paired_bootstrap(a, b, 1000, seed=3)
+    with pytest.raises(ValueError, match="equally long"):
+        paired_bootstrap([1.0], [1.0, 0.0])
+    with pytest.raises(ValueError, match="no question in common"):
+        paired(first, [{"id": "x", "em": 1.0}], "em", 10, 0)
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+def record(qid, source, em, searches=1, answered=True):
+    return {"id": qid, "data_source": source, "em": em, "f1": em, "cover_em": em, "score": em,
+            "num_searches": searches, "answered": answered, "failed_searches": 0, "generated_tokens": 10}
+
+
+def test_models_table_has_every_model_and_source_with_intervals():
+    from verl_search.eval.report import summarize
+
+    rows = [record("a", "nq", 1.0), record("b", "hotpotqa", 0.0, searches=0, answered=False)]
+    table = models_table({"untrained": summarize(rows), "grpo": summarize(rows)})
+    lines = table.splitlines()
+    assert len(lines) == 2 + 2 * 3  # header, rule, (all + 2 sources) per model
+    assert lines[2].startswith("| untrained | all | 2 | 0.500 [")
+    assert "| grpo | nq | 1 | 1.000 [" in table and "| 0.50 | 0.50 | 0 |" in lines[2]
+
+
+def test_comparisons_table_signs_the_difference():
+    text = comparisons_table({"a -> b: em": {"n": 3, "mean_diff": -0.25, "ci95": [-0.5, 0.0], "better": 0, "worse": 1}})
+    assert "| a -> b: em | 3 | -0.250 [-0.500, +0.000] | 0 | 1 |" in text
+
+
+def test_curve_keys_take_reward_and_every_step_search_metric_but_not_validation():
+    steps = {1: {"critic/score/mean": 0.1, "search/num_searches/mean": 1.0, "search/failed_share": 0.0,
+                 "search/num_searches/max": 2, "val-aux/mini/num_searches/mean": 1.0, "timing_s/gen": 3.0}}
+    assert curve_keys(steps) == ["critic/score/mean", "search/failed_share", "search/num_searches/mean"]
+
+
+def test_plot_curves_writes_a_png_only_with_something_to_draw(tmp_path):
+    assert plot_curves({1: {"timing_s/gen": 1.0}}, tmp_path / "none.png", "t") == []
+    assert not (tmp_path / "none.png").exists()
+    drawn = plot_curves({1: {"critic/score/mean": 0.1}, 2: {"critic/score/mean": 0.3}}, tmp_path / "c.png", "t")
+    assert drawn == ["critic/score/mean"] and (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_write_report_compares_each_model_with_the_one_before_and_the_first(tmp_path):
+    base = [record(str(i), "nq" if i % 2 else "2wiki", 0.0) for i in range(10)]
+    better = [dict(r, em=1.0, score=1.0, f1=1.0) if int(r["id"]) < 6 else r for r in base]
+    report = write_report(tmp_path, {"untrained": base, "cold_start": base, "grpo": better},
+                          {"index": 1.0, "grpo": 2.0}, {1: {"critic/score/mean": 0.5}}, {"title": "t"}, samples=500)
+    assert set(report["comparisons"]) == {f"{a} -> {b}: {k}" for a, b in
+                                          [("untrained", "cold_start"), ("cold_start", "grpo"), ("untrained", "grpo")]
+                                          for k in ("em", "f1", "score")}
+    assert report["comparisons"]["cold_start -> grpo: em"]["mean_diff"] == pytest.approx(0.6)
+    assert json.loads((tmp_path / "report.json").read_text())["timings_s"] == {"index": 1.0, "grpo": 2.0}
+    text = (tmp_path / "report.md").read_text()
+    assert "| all | 3 |" in text and "![curves](curves.png)" in text and (tmp_path / "curves.png").is_file()
+
+
+# --- stages and resume -----------------------------------------------------------------------------
+
+def test_a_finished_stage_is_skipped_and_an_unfinished_one_rerun(tmp_path):
+    options = QuickstartOptions(out=str(tmp_path), grpo_steps=3)
+    calls = []
+    stages = [Stage("a", ("seed",), (), lambda: calls.append("a")),
+              Stage("b", ("grpo_steps",), ("a",), lambda: calls.append("b"))]
+    first = run_stages(stages, options)
+    assert calls == ["a", "b"] and set(first) == {"a", "b"}
+    run_stages(stages, options)
+    assert calls == ["a", "b"]  # nothing redone
+    record_b = read_record(tmp_path / "stages", "b")
+    record_b.status = "started"  # as a run killed during b leaves it
+    write_record(tmp_path / "stages", "b", record_b)
+    run_stages(stages, options)
+    assert calls == ["a", "b", "b"] and read_record(tmp_path / "stages", "b").attempts == 2
+
+
+def test_a_failed_stage_keeps_its_time_and_stays_unfinished(tmp_path):
+    options = QuickstartOptions(out=str(tmp_path))
+
+    def fail():
+        raise RuntimeError("trainer died")
+
+    with pytest.raises(RuntimeError, match="trainer died"):
+        run_stages([Stage("a", (), (), fail)], options)
+    record_a = read_record(tmp_path / "stages", "a")
+    assert record_a.status == "started" and record_a.seconds >= 0 and record_a.attempts == 1
+
+
+def test_other_options_are_refused_naming_what_changed_even_upstream(tmp_path):
+    options = QuickstartOptions(out=str(tmp_path), test_questions=10)
+    stages = [Stage("data", ("test_questions",), (), lambda: None),
+              Stage("eval", ("max_turns",), ("data",), lambda: None)]
+    run_stages(stages, options)
+    changed = QuickstartOptions(out=str(tmp_path), test_questions=20)
+    with pytest.raises(ValueError, match=r"test_questions: 10 then, 20 now.*another --out"):
+        run_stages(stages, changed)
+    # the dependent stage is refused too: its input changed
+    from verl_search.quickstart.pipeline import fingerprint
+
+    by_name = {s.name: s for s in stages}
+    with pytest.raises(ValueError, match=r"needs\.data\.options\.test_questions"):
+        needs_run(tmp_path / "stages", "eval", fingerprint(stages[1], by_name, changed))
+
+
+def test_never_started_stage_needs_a_run(tmp_path):
+    assert needs_run(tmp_path, "x", {"options": {}}) is True
+    write_record(tmp_path, "x", StageRecord({"options": {}}, status="done"))
+    assert needs_run(tmp_path, "x", {"options": {}}) is False
+
+
+# --- options shared by training and evaluation ---------------------------------------------------
+
+def test_training_and_every_evaluation_read_one_protocol(tmp_path):
+    from verl_search.quickstart.grpo import grpo_overrides
+
+    options = QuickstartOptions(max_turns=3, topk=4, max_tokens_per_turn=50, max_obs_tokens=70, temperature=0.0)
+    protocol = protocol_options(options, tmp_path / "index")
+    assert protocol.response_length == response_length(options) == 3 * (50 + 70) + 50
+    untrained = for_model(protocol, "smollm2", tmp_path / "t.parquet", tmp_path / "e1")
+    trained = for_model(protocol, str(tmp_path / "hf"), tmp_path / "t.parquet", tmp_path / "e2")
+    keys = ("max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens", "temperature", "response_length")
+    assert [getattr(untrained, k) for k in keys] == [getattr(trained, k) for k in keys] == [3, 4, 50, 70, 0.0, 410]
+    overrides = grpo_overrides(protocol, model="m", train_file=tmp_path / "a", val_file=tmp_path / "b", out=tmp_path,
+                               steps=2, prompts_per_step=4, group_size=4, lr=1e-5, kl=False)
+    assert "actor_rollout_ref.rollout.response_length=410" in overrides
+    assert "actor_rollout_ref.rollout.val_kwargs.temperature=0.0" in overrides
+    import yaml
+
+    loops = yaml.safe_load((tmp_path / "agent_loops.yaml").read_text())
+    assert {k: loops[0][k] for k in ("max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens")} == \
+        {"max_turns": 3, "topk": 4, "max_tokens_per_turn": 50, "max_obs_tokens": 70}
+    assert loops[0]["retrieval_service_url"].startswith("${oc.env:VERL_SEARCH_URL")
+
+
+def test_bad_options_are_refused_by_name():
+    with pytest.raises(ValueError, match="--test-questions=0"):
+        QuickstartOptions(test_questions=0)
+    with pytest.raises(ValueError, match="--group-size=1"):
+        QuickstartOptions(group_size=1)
+
+
+def test_the_test_split_covers_every_source_and_never_meets_training():
+    from verl_search.quickstart.data import split_rows
+
+    test = split_rows("test", 102)
+    train = split_rows("train")
+    sources = {row["data_source"] for row in test}
+    assert sources == {"2wiki", "hotpotqa", "musique"} and len(test) >= 100
+    assert not {r["extra_info"]["id"] for r in test} & {r["extra_info"]["id"] for r in train}
+    assert [r["extra_info"]["index"] for r in test] == list(range(len(test)))
+    assert split_rows("test", 102) == test  # fixed
