@@ -142,6 +142,8 @@ def main() -> int:
     parser.add_argument("--max-kib-per-request", type=float, default=MAX_KIB_PER_REQUEST,
                         help="allowed RSS growth per request over the soak (Theil-Sen slope), KiB")
     parser.add_argument("--sample-every", type=float, default=0.25, help="seconds between RSS samples during the soak")
+    parser.add_argument("--windows", type=int, default=1,
+                        help="also print the slope of each of this many consecutive parts of the soak (settling vs a leak)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON on the last line")
     args = parser.parse_args()
 
@@ -158,7 +160,8 @@ def main() -> int:
         rss_after = rss_mb(pid)
         alive = server.process.poll() is None
     growth = 100 * (rss_after / rss_warm - 1)
-    leak = leak_rate(result.pop("samples"))
+    samples = result.pop("samples")
+    leak = leak_rate(samples)
     ok = (alive and result["errors"] == 0 and warm["errors"] == 0 and result["requests"] > 0
           and not leak["kib_per_request_low"] > args.max_kib_per_request)
     print(f"# soak: {args.clients} clients, {result['seconds']:.0f} s after a {warm['seconds']:.0f} s warm-up, "
@@ -170,6 +173,13 @@ def main() -> int:
     print(f"RSS growth per request (Theil-Sen over {leak['samples']} samples): {leak['kib_per_request']:+.2f} KiB "
           f"(95% CI {leak['kib_per_request_low']:+.2f} .. {leak['kib_per_request_high']:+.2f}; "
           f"bound {args.max_kib_per_request:g} KiB)")
+    if args.windows > 1:
+        for i, part in enumerate(np.array_split(np.arange(len(samples)), args.windows)):
+            window = [samples[j] for j in part]
+            rate = leak_rate(window)
+            print(f"  part {i + 1}: requests {window[0][0]}..{window[-1][0]}, RSS {window[0][1]:.1f} -> {window[-1][1]:.1f} MiB, "
+                  f"{rate['kib_per_request']:+.2f} KiB/request (95% CI {rate['kib_per_request_low']:+.2f} .. "
+                  f"{rate['kib_per_request_high']:+.2f})")
     print("PASS" if ok else "FAIL")
     if args.json:
         print(json.dumps({**result, "warmup_requests": warm["requests"], "warmup_errors": warm["errors"],

@@ -185,11 +185,8 @@ async def search(queries: list[str], config: SearchClientConfig, topk: int | Non
         body = RetrieveRequest(queries=queries, topk=topk or config.topk, return_scores=False).model_dump()
     except ValueError as exc:
         return SearchOutcome(error=f"invalid query: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}")
-    outcome = await _post(config.retrieval_service_url, body, config, started,
-                          lambda payload: {"hits": parse_retrieve_response(payload, len(queries))})
-    if not outcome.ok:
-        logger.warning("search failed: %s", outcome.error)
-    return outcome
+    return await _post("search", config.retrieval_service_url, body, config, started,
+                       lambda payload: {"hits": parse_retrieve_response(payload, len(queries))})
 
 
 async def access(field: str, values: list[str], config: SearchClientConfig) -> SearchOutcome:
@@ -209,17 +206,15 @@ async def access(field: str, values: list[str], config: SearchClientConfig) -> S
         body = AccessRequest(**{field: values}).model_dump(exclude_none=True)
     except ValueError as exc:
         return SearchOutcome(error=f"invalid request: {exc}")
-    outcome = await _post(config.access_url, body, config, started,
-                          lambda payload: {"pages": parse_access_response(payload, len(values))})
-    if not outcome.ok:
-        logger.warning("access failed: %s", outcome.error)
-    return outcome
+    return await _post("access", config.access_url, body, config, started,
+                       lambda payload: {"pages": parse_access_response(payload, len(values))})
 
 
-async def _post(url: str, body: dict, config: SearchClientConfig, started: float,
+async def _post(what: str, url: str, body: dict, config: SearchClientConfig, started: float,
                 parse: Callable[[bytes], dict]) -> SearchOutcome:
     """POST `body` to `url` with `config`'s retries, backoff and deadline (counted from `started`,
-    a `time.monotonic()`); `parse(payload)` gives the outcome's fields of a 200 answer."""
+    a `time.monotonic()`); `parse(payload)` gives the outcome's fields of a 200 answer. A failure
+    that exhausted the retries is logged as `{what} failed: ...`."""
     deadline = started + config.deadline
     resources = await _resources(config)
     attempts, last_error = 0, "not attempted"
@@ -250,6 +245,7 @@ async def _post(url: str, body: dict, config: SearchClientConfig, started: float
                     break
                 await asyncio.sleep(pause)
     error = f"{last_error} ({attempts} attempt{'s' if attempts != 1 else ''}, deadline {config.deadline:g} s)"
+    logger.warning("%s failed: %s", what, error)
     return SearchOutcome(error=error, attempts=attempts, latency=time.monotonic() - started)
 
 
