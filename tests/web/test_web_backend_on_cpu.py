@@ -213,3 +213,24 @@ def test_options_are_checked():
         WebOptions(upstream_rate=0)
     with pytest.raises(ValueError, match="--search-url"):
         WebOptions(search_url="google.serper.dev/search")
+
+
+def test_search_and_access_tools_against_the_web_server(fake, web_server):
+    from verl_search.tools.access_tool import AccessTool
+    from verl_search.tools.search_tool import SearchTool
+
+    config = {"type": "native", "retrieval_service_url": f"{web_server.url}/retrieve"}
+
+    async def run(tool, parameters):
+        instance_id, _ = await tool.create()
+        return await tool.execute(instance_id, parameters)
+
+    shown = asyncio.run(run(SearchTool({**config, "show_ids": True, "topk": 1}), {"query_list": ["tool query"]}))[0].text
+    assert shown == 'Doc 1(Title: "tool query - result 1", id: https://example.org/tool-query/1) Snippet 1 about tool query.'
+    response, _, metrics = asyncio.run(run(AccessTool(config), {"id": "https://example.org/tool-query/1"}))
+    assert response.text == '(Title: "Page 1") The full text of https://example.org/tool-query/1.'
+    assert metrics["access_failed"] == 0
+    fake.script["https://example.org/down"] = [429] * 10
+    response, _, metrics = asyncio.run(run(AccessTool(config), {"url": "https://example.org/down"}))
+    assert response.text.startswith("access failed: HTTP 429: urls[0]: the page reader is rate limiting")
+    assert metrics["attempts"] == 1  # a 4xx is final for the client: the server already retried
