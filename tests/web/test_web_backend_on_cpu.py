@@ -234,3 +234,30 @@ def test_search_and_access_tools_against_the_web_server(fake, web_server):
     response, _, metrics = asyncio.run(run(AccessTool(config), {"url": "https://example.org/down"}))
     assert response.text.startswith("access failed: HTTP 429: urls[0]: the page reader is rate limiting")
     assert metrics["attempts"] == 1  # a 4xx is final for the client: the server already retried
+
+
+def test_a_waiter_fetches_itself_when_the_fetching_request_is_cancelled(tmp_path):
+    from verl_search.web.backend import WebBackend
+    from verl_search.web.cache import WebCache
+
+    class Upstream:  # the API client's search only; the first call hangs until cancelled (its client left)
+        calls = 0
+
+        async def search(self, query, num, deadline):
+            Upstream.calls += 1
+            if Upstream.calls == 1:
+                await asyncio.sleep(60)
+            return [{"title": "T", "link": "https://example.org/t", "snippet": "s", "position": 1}]
+
+    backend = WebBackend(Upstream(), WebCache(tmp_path, 10, 0))
+
+    async def scenario():
+        first = asyncio.ensure_future(backend.search(["same query"], 1, time.monotonic() + 30))
+        await asyncio.sleep(0.05)
+        second = asyncio.ensure_future(backend.search(["same query"], 1, time.monotonic() + 30))
+        await asyncio.sleep(0.05)
+        first.cancel()
+        return await asyncio.wait_for(second, 5)
+
+    hits = asyncio.run(scenario())
+    assert hits[0][0].passage.id == "https://example.org/t" and Upstream.calls == 2 and backend.coalesced == 1

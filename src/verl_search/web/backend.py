@@ -46,27 +46,33 @@ class WebBackend:
 
     async def _cached(self, key: str, usable, fetch):
         """The cached value at `key` if `usable(value)`, else `await fetch()` (stored, shared with
-        concurrent callers of the same key). Raises what `fetch` raised."""
-        value = self.cache.get(key)
-        if value is not None and usable(value):
-            self.cache.count(hit=True)
-            return value
-        self.cache.count(hit=False)
-        shared = self._in_flight.get(key)
-        if shared is not None:
+        concurrent callers of the same key). Raises what `fetch` raised; if the caller that was
+        fetching is cancelled (its client left), a waiter looks again and fetches itself."""
+        while True:
+            value = self.cache.get(key)
+            if value is not None and usable(value):
+                self.cache.count(hit=True)
+                return value
+            self.cache.count(hit=False)
+            shared = self._in_flight.get(key)
+            if shared is None:
+                break
             self.coalesced += 1
             value, error = await asyncio.shield(shared)
-        else:
-            shared = self._in_flight[key] = asyncio.get_running_loop().create_future()
-            value, error = None, None
-            try:
-                value = await fetch()
-                self.cache.set(key, value)
-            except Exception as exc:  # waiters raise it too
-                error = exc
-            finally:
-                del self._in_flight[key]
-                shared.set_result((value, error))
+            if error is not None:
+                raise error
+            if value is not None:
+                return value
+        shared = self._in_flight[key] = asyncio.get_running_loop().create_future()
+        value, error = None, None
+        try:
+            value = await fetch()
+            self.cache.set(key, value)
+        except Exception as exc:  # waiters raise it too
+            error = exc
+        finally:  # a cancelled fetch leaves (None, None): the waiters look again
+            del self._in_flight[key]
+            shared.set_result((value, error))
         if error is not None:
             raise error
         return value
