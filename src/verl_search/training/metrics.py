@@ -1,0 +1,165 @@
+"""Search behaviour in every training step's metrics: searches, failures, answers, valid turns, EM/F1.
+
+verl 0.9.1's trainer (the v1 trainer `main_ppo` runs) logs, at each training step, only its own
+numbers (`critic/score/*`, `actor/*`, ...); the reward's extra outputs reach the logger at
+validation only. Its public hook for the step's batch is the replay buffer
+(`trainer.v1.sampler.custom_sampler.{path,name}`, documented in `ReplayBuffer.sample`): the trainer
+calls `sample()` once per training step for the step's trajectories and merges the metrics dict it
+returns into the step's metrics, which verl's `Tracking` logger writes (console, wandb,
+tensorboard, file). `make_replay_buffer` is verl's own replay buffer (sync or async, as
+`trainer.v1.trainer_mode` asks) whose `sample()` adds `search_metrics()` of the sampled batch::
+
+    trainer.v1.sampler.custom_sampler.path=pkg://verl_search.training.metrics
+    trainer.v1.sampler.custom_sampler.name=make_replay_buffer
+
+The shipped recipes set both. The numbers come from each trajectory's `extra_fields` (written by
+the agent loop and `SearchTool`, `verl_search.protocol`) and its `reward_extra_info` (what
+`verl_search.rewards.compute_score` returned), read from TransferQueue: they work with any rollout
+engine. Names, units and sources: docs/metrics.md.
+
+Limits: verl passes `algorithm.filter_groups` (DAPO group filtering) to its built-in sampler only,
+so with this one that filter is off; with a reward model colocated with the trainer
+(`reward.reward_model.enable_resource_pool=false`) the reward runs after sampling and the reward
+metrics (`em`, `f1`, `cover_em`, `format_ok`) are absent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import transfer_queue as tq
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+
+from verl_search.protocol import ANSWERED, FAILED_SEARCHES, NUM_SEARCHES, TURNS, parse_action
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "search"
+"""Every metric name starts with `search/`."""
+REWARD_INFO = "reward_extra_info"
+"""verl's key, in a trajectory's `extra_fields`, for the reward function's extra outputs."""
+REWARD_MEANS = {"em": "acc", "f1": "f1", "cover_em": "cover_em", "format_ok": "format_ok"}
+"""Metric name -> `compute_score` output averaged over the step's trajectories."""
+
+
+def _number(value: Any, default: float = 0.0) -> float:
+    if value is None:
+        return default
+    if hasattr(value, "item"):
+        value = value.item()
+    return float(value)
+
+
+def _plain(value: Any) -> Any:
+    """The Python object inside what TransferQueue hands back (`NonTensorData`, 0-d arrays)."""
+    value = getattr(value, "data", value)
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    return value
+
+
+def search_metrics(trajectories: Iterable[dict]) -> dict[str, float]:
+    """Search-behaviour metrics of one training step's trajectories.
+
+    Args:
+        trajectories: each trajectory's `extra_fields` dict (verl's `AgentLoopOutput.extra_fields`
+            after the reward: `num_searches`, `failed_searches`, `answered`, `turns`,
+            `reward_extra_info`); missing counters count as 0.
+
+    Returns:
+        `{name: value}`, names under `search/` (see docs/metrics.md): `num_searches/{mean,max,min}`
+        [searches per trajectory], `searched/mean` and `answered/mean` [share of trajectories],
+        `failed_searches/mean` [failed searches per trajectory], `failed_share` [failed / all
+        searches, 0 without searches], `valid_turns/share` [valid model turns / model turns; only
+        when trajectories carry turn records, i.e. the Search-R1 tag-protocol agent loop],
+        `em/mean`, `f1/mean`, `cover_em/mean`, `format_ok/mean` [0..1; only when every
+        trajectory's `reward_extra_info` has the reward output]. Empty for no trajectories.
+
+    >>> m = search_metrics([{"num_searches": 2, "failed_searches": 1, "reward_extra_info": {"answered": 1.0}},
+    ...                     {"reward_extra_info": {"answered": 0.0}}])
+    >>> m["search/num_searches/mean"], m["search/failed_share"], m["search/answered/mean"]
+    (1.0, 0.5, 0.5)
+    """
+    rows = [dict(_plain(t) or {}) for t in trajectories]
+    if not rows:
+        return {}
+    infos = [dict(_plain(row.get(REWARD_INFO)) or {}) for row in rows]
+    searches = np.array([_number(row.get(NUM_SEARCHES)) for row in rows])
+    failed = np.array([_number(row.get(FAILED_SEARCHES)) for row in rows])
+    answered = np.array([_number(info["answered"]) if "answered" in info else _number(row.get(ANSWERED))
+                         for row, info in zip(rows, infos)])
+    metrics = {
+        f"{PREFIX}/num_searches/mean": float(searches.mean()),
+        f"{PREFIX}/num_searches/max": float(searches.max()),
+        f"{PREFIX}/num_searches/min": float(searches.min()),
+        f"{PREFIX}/searched/mean": float((searches > 0).mean()),
+        f"{PREFIX}/failed_searches/mean": float(failed.mean()),
+        f"{PREFIX}/failed_share": float(failed.sum() / searches.sum()) if searches.sum() else 0.0,
+        f"{PREFIX}/answered/mean": float(answered.mean()),
+    }
+    turns = [_plain(row.get(TURNS)) for row in rows]
+    records = [record for trajectory in turns if trajectory is not None for record in list(trajectory)]
+    if records:
+        valid = sum(parse_action(str(_plain(record).get("generated", ""))).kind != "invalid" for record in records)
+        metrics[f"{PREFIX}/valid_turns/share"] = valid / len(records)
+    for name, key in REWARD_MEANS.items():
+        if all(key in info for info in infos):
+            metrics[f"{PREFIX}/{name}/mean"] = float(np.mean([_number(info[key]) for info in infos]))
+    return metrics
+
+
+def final_keys(keys: list[str]) -> list[str]:
+    """The last output of each session: verl stores output `i` of session `s` of prompt `uid` under
+    `{uid}_{s}_{i}`; a multi-output agent loop's earlier outputs share its reward (verl's
+    validation keeps the last one the same way)."""
+    last: dict[str, tuple[int, str]] = {}
+    for key in keys:
+        parts = key.rsplit("_", 2)
+        session, index = (f"{parts[0]}_{parts[1]}", int(parts[2])) if len(parts) == 3 and parts[2].isdigit() else (key, 0)
+        if session not in last or index > last[session][0]:
+            last[session] = (index, key)
+    return [key for _, key in last.values()]
+
+
+def batch_search_metrics(keys: list[str], partition_id: str) -> dict[str, float]:
+    """`search_metrics` of the trajectories stored in TransferQueue under `keys` (last output per session)."""
+    keys = final_keys(list(keys))
+    if not keys:
+        return {}
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
+    values = data["extra_fields"]
+    values = values.tolist() if hasattr(values, "tolist") else list(values)
+    return search_metrics(values)
+
+
+class _SearchMetrics:
+    """Adds `search_metrics` of each sampled training batch to the metrics `sample()` returns."""
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int):
+        batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
+        if partition_id != "train":
+            return batch, metrics
+        try:
+            added = batch_search_metrics(batch.keys, batch.partition_id)
+        except Exception:  # a metric must never stop a training run
+            logger.warning("search metrics of step %s could not be computed", global_steps, exc_info=True)
+            return batch, metrics
+        return batch, {**metrics, **added}
+
+
+class SearchMetricsReplayBuffer(_SearchMetrics, ReplayBuffer):
+    """verl's sync `ReplayBuffer`, plus the step's `search/*` metrics."""
+
+
+class SearchMetricsReplayBufferAsync(_SearchMetrics, ReplayBufferAsync):
+    """verl's async `ReplayBufferAsync`, plus the step's `search/*` metrics."""
+
+
+def make_replay_buffer(trainer_mode: str, **kwargs) -> ReplayBuffer:
+    """verl's replay buffer for `trainer_mode` (`sync`: `ReplayBuffer`, else `ReplayBufferAsync`, as
+    verl picks) with search metrics; `kwargs` are what verl passes a custom sampler."""
+    cls = SearchMetricsReplayBuffer if trainer_mode == "sync" else SearchMetricsReplayBufferAsync
+    return cls(trainer_mode=trainer_mode, **kwargs)

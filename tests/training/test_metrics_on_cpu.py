@@ -1,0 +1,76 @@
+"""`verl_search.training.metrics`: the per-step search metrics from trajectories' extra fields, and the
+verl hook they travel through (the end-to-end check is in test_grpo_learns_on_cpu.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from verl_search.training.metrics import (
+    SearchMetricsReplayBuffer,
+    SearchMetricsReplayBufferAsync,
+    final_keys,
+    make_replay_buffer,
+    search_metrics,
+)
+
+
+def reward(acc=0.0, answered=1.0, f1=0.0, cover_em=0.0, format_ok=0.0):
+    return {"acc": acc, "answered": answered, "f1": f1, "cover_em": cover_em, "format_ok": format_ok}
+
+
+def test_counts_shares_and_reward_means():
+    metrics = search_metrics([
+        # two searches, one failed, right answer
+        {"num_searches": 2, "failed_searches": 1, "reward_extra_info": reward(acc=1.0, f1=1.0, format_ok=1.0)},
+        # a tool-protocol trajectory that never searched: SearchTool wrote no counter
+        {"reward_extra_info": reward(answered=0.0)},
+        # three searches, none failed, a wrong answer half right by F1
+        {"num_searches": 3, "failed_searches": 0, "reward_extra_info": reward(f1=0.5, cover_em=1.0)},
+    ])
+    assert metrics == pytest.approx({
+        "search/num_searches/mean": 5 / 3, "search/num_searches/max": 3.0, "search/num_searches/min": 0.0,
+        "search/searched/mean": 2 / 3, "search/failed_searches/mean": 1 / 3, "search/failed_share": 1 / 5,
+        "search/answered/mean": 2 / 3, "search/em/mean": 1 / 3, "search/f1/mean": 0.5,
+        "search/cover_em/mean": 1 / 3, "search/format_ok/mean": 1 / 3,
+    })
+
+
+def test_valid_turns_come_from_the_tag_protocol_turn_records():
+    turns = [{"generated": "<search> a </search>"}, {"generated": "no tags at all"},
+             {"generated": "<think>x</think><answer> b </answer>"}, {"generated": "<search> unclosed"}]
+    metrics = search_metrics([{"turns": turns[:2], "answered": False}, {"turns": turns[2:], "answered": True}])
+    assert metrics["search/valid_turns/share"] == 0.5
+    # without a reward, `answered` comes from the agent loop, and no reward metric is made up
+    assert metrics["search/answered/mean"] == 0.5
+    assert not any(key.startswith(("search/em", "search/f1", "search/format_ok")) for key in metrics)
+
+
+def test_a_reward_metric_is_left_out_unless_every_trajectory_has_it():
+    metrics = search_metrics([{"reward_extra_info": reward(acc=1.0)}, {"reward_extra_info": {"answered": 0.0}}])
+    assert "search/em/mean" not in metrics and "search/valid_turns/share" not in metrics
+    assert search_metrics([]) == {}
+
+
+def test_the_last_output_of_each_session_counts():
+    keys = ["u1_0_0", "u1_0_1", "u1_1_0", "u2_0_0"]
+    assert sorted(final_keys(keys)) == ["u1_0_1", "u1_1_0", "u2_0_0"]
+
+
+def test_make_replay_buffer_builds_verls_buffer_for_the_trainer_mode():
+    kwargs = dict(trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
+                  sampler_kwargs={})
+    assert type(make_replay_buffer("sync", **kwargs)) is SearchMetricsReplayBuffer
+    assert type(make_replay_buffer("colocate_async", **kwargs)) is SearchMetricsReplayBufferAsync
+
+
+def test_verl_merges_the_samplers_metrics_into_the_step():
+    """The hook this module relies on (verl 0.9.1): a custom sampler from `trainer.v1.sampler.custom_sampler`,
+    whose `sample()` metrics the trainer adds to each step's logged metrics."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    assert "custom_sampler" in inspect.getsource(PPOTrainer._build_replay_buffer)
+    step = inspect.getsource(PPOTrainer._step_once)
+    assert "batch, off_policy_metrics = self.replay_buffer.sample(" in step
+    assert "metrics.update(off_policy_metrics)" in step
