@@ -20,6 +20,7 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -49,6 +50,15 @@ class _WebService:
 def _upstream_response(error: UpstreamError) -> JSONResponse:
     headers = {"Retry-After": str(max(1, math.ceil(error.retry_after or 1)))} if error.status == 429 else None
     return JSONResponse({"detail": error.message}, status_code=error.status, headers=headers)
+
+
+def _is_http_url(value: str) -> bool:
+    """`value` is an http(s) URL that can be requested (UTF-8, parsed by httpx)."""
+    try:
+        value.encode("utf-8")
+        return value.startswith(("http://", "https://")) and bool(httpx.URL(value).host)
+    except (UnicodeEncodeError, httpx.InvalidURL):
+        return False
 
 
 def create_web_app(backend: WebBackend, settings: ServerSettings | None = None, request_deadline: float = 30.0) -> FastAPI:
@@ -108,7 +118,7 @@ def create_web_app(backend: WebBackend, settings: ServerSettings | None = None, 
         """The text of each page, by `urls` (or `ids`: a web result's id is its URL)."""
         values = check_access_request(body, settings, ("urls", "ids"))
         for position, value in enumerate(values):
-            if not value.startswith(("http://", "https://")):
+            if not _is_http_url(value):
                 raise HTTPException(422, [{"loc": ["body", body.field, position], "type": "value_error",
                                            "msg": f"{body.field}[{position}] {value[:200]!r} is not an http(s) URL "
                                                   "(on the web backend a result's id is its URL)"}])

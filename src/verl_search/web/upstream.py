@@ -20,6 +20,7 @@ and every retry would be another paid call. Keys go in headers only and are neve
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -133,7 +134,8 @@ class Upstream:
             UpstreamError: see the module docstring.
         """
         payload = await self._call("search", "POST", self.options.search_url, deadline,
-                                   headers=self._search_headers, content=orjson.dumps({"q": query, "num": num}))
+                                   headers=self._search_headers,
+                                   content=json.dumps({"q": query, "num": num}).encode())  # ASCII: lone surrogates escaped
         return parse_search_results(payload)
 
     async def read(self, url: str, deadline: float) -> dict:
