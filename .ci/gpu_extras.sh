@@ -13,7 +13,8 @@ trap 'rm -rf "$work"' EXIT
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 python -m venv "$work/venv"
 py="$work/venv/bin/python"
-"$py" -m pip install -q -U pip packaging
+# fast-deps (metadata through HTTP range requests) is a pip 26 feature flag
+"$py" -m pip install -q -U "pip>=26.3,<27" packaging
 
 # extra -> what must be in its set (name, or name==version)
 declare -A expect=(

@@ -20,7 +20,8 @@ the recipe, the overrides), then checked:
 8. the rollout engine `rollout.name` names (`vllm`, `sglang`): when installed, verl's replica class
    for it imports (verl's `RolloutReplicaRegistry`); when not, the `pip install` line of its extra is
    logged as a warning (check-config runs on CPU machines without the engine), or is a problem with
-   `require_engine=True` (`verl-search train` on GPUs).
+   `require_engine=True` (`verl-search train` on GPUs); the same for Megatron-LM where the actor or
+   the critic has `strategy: megatron`.
 
 `check_config` returns the problems found (an empty list when the recipe is fine).
 """
@@ -80,7 +81,24 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
     _check_reward(config, problems)
     _check_lengths(config, tools, problems)
     _check_rollout_engine(rollout.name, require_engine, problems)
+    _check_megatron(config, require_engine, problems)
     return problems
+
+
+def _not_installed(message: str, required: bool, problems: list[str]) -> None:
+    """A missing GPU package: a problem where the recipe is to run now (`required`), else a warning."""
+    if required:
+        problems.append(message)
+    else:
+        logger.warning("%s", message)
+
+
+def _check_megatron(config: DictConfig, required: bool, problems: list[str]) -> None:
+    """Megatron-LM where the actor or the critic has `strategy: megatron`."""
+    strategies = {config.actor_rollout_ref.actor.strategy, config.critic.get("strategy")}
+    if "megatron" in strategies and importlib.util.find_spec("megatron") is None:
+        _not_installed("strategy megatron: Megatron-LM (megatron.core) is not installed here; where the recipe runs, "
+                       f"install it: {install_line('megatron')} (docs/training.md, Megatron)", required, problems)
 
 
 def _check_rollout_engine(name: str, required: bool, problems: list[str]) -> None:
@@ -89,12 +107,8 @@ def _check_rollout_engine(name: str, required: bool, problems: list[str]) -> Non
         return  # another engine (e.g. the CPU plugin's), registered by its own plugin at run time
     package, extra = ROLLOUT_ENGINES[name]
     if importlib.util.find_spec(package) is None:
-        message = (f"rollout.name={name}: {package} is not installed here; where the recipe runs, install it "
-                   f"with verl's pins: {install_line(extra)}")
-        if required:
-            problems.append(message)
-        else:
-            logger.warning("%s", message)
+        _not_installed(f"rollout.name={name}: {package} is not installed here; where the recipe runs, install it "
+                       f"with verl's pins: {install_line(extra)}", required, problems)
         return
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 

@@ -53,7 +53,8 @@ def check_reachable(timeout: float = 5.0) -> None:
 
 
 def download(names: list[str], out: str | os.PathLike) -> list[Path]:
-    """Download the named artifacts into `out`; return the paths written.
+    """Download the named artifacts into `out`; return the paths written. `e5-index` is skipped when
+    `out/e5_Flat.index` exists (its parts are removed once joined, see `join_parts`).
 
     Raises:
         KeyError: an unknown name (lists the known ones).
@@ -70,6 +71,10 @@ def download(names: list[str], out: str | os.PathLike) -> list[Path]:
     for name in names:
         repo, kind, patterns = ARTIFACTS[name]
         target = out / "e5-base-v2" if name == "e5-model" else out
+        if name == "e5-index" and (out / "e5_Flat.index").is_file():  # joined before (only a whole join is renamed)
+            logger.info("%s is there already; not downloading its parts again", out / "e5_Flat.index")
+            written.append(out / "e5_Flat.index")
+            continue
         logger.info("downloading %s (%s) to %s", name, repo, target)
         snapshot_download(repo_id=repo, repo_type=kind, local_dir=target, allow_patterns=patterns)
         if name == "wiki18":

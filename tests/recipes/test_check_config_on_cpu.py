@@ -60,6 +60,18 @@ def test_megatron_recipe_composes_with_megatron_everywhere(tiny_qwen, parquet):
     assert config.trainer.n_gpus_per_node % (2 * 2) == 0
 
 
+def test_megatron_missing_is_named(tiny_qwen, parquet, caplog):
+    # Megatron-LM is never installed on a CPU machine: the real "missing" path
+    recipe = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1_megatron" / "config.yaml"
+    assert importlib.util.find_spec("megatron") is None
+    with caplog.at_level(logging.WARNING, logger="verl_search.check_config"):
+        assert check_config(recipe, stand_ins(tiny_qwen, parquet["search_r1"])) == []
+    assert "strategy megatron" in caplog.text and install_line("megatron") in caplog.text
+    problems = check_config(recipe, stand_ins(tiny_qwen, parquet["search_r1"]) +
+                            ["actor_rollout_ref.rollout.name=sglang"], require_engine=True)
+    assert len(problems) == 2 and install_line("megatron") in problems[1] and install_line("sglang") in problems[0]
+
+
 def rewrite(parquet_path, tmp_path, change):
     frame = pd.read_parquet(parquet_path)
     change(frame)

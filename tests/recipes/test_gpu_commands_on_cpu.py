@@ -122,3 +122,25 @@ def test_an_hnsw_index_stops_at_load_when_gpus_would_be_used(tmp_path, monkeypat
     with pytest.raises(ValueError, match=r"is of type IndexHNSWFlat, which faiss cannot copy to GPUs"):
         dense.load_faiss_index(path)
     assert dense.load_faiss_index(path, use_gpu=False).ntotal == 64  # --cpu keeps it on the CPU
+
+
+def test_download_e5_index_joins_once_and_is_not_fetched_again(tmp_path, monkeypatch):
+    # the hub cannot be reached from here: a stand-in snapshot_download writes the parts as the hub's would
+    import huggingface_hub
+
+    from verl_search import download as module
+
+    calls = []
+
+    def fake_snapshot_download(repo_id, repo_type, local_dir, allow_patterns):
+        calls.append(repo_id)
+        for name in ("part_ab", "part_aa"):
+            Path(local_dir, name).write_bytes(name.encode() * 3)
+
+    monkeypatch.setattr(module, "check_reachable", lambda: None)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    assert module.download(["e5-index"], tmp_path) == [tmp_path / "e5_Flat.index"]
+    assert (tmp_path / "e5_Flat.index").read_bytes() == b"part_aa" * 3 + b"part_ab" * 3
+    assert not list(tmp_path.glob("part_*"))
+    assert module.download(["e5-index"], tmp_path) == [tmp_path / "e5_Flat.index"]
+    assert calls == ["PeterJinGo/wiki-18-e5-index"]  # the joined index is there: its parts are not fetched again
