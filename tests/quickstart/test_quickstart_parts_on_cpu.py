@@ -96,13 +96,16 @@ def test_write_report_compares_each_model_with_the_one_before_and_the_first(tmp_
     base = [record(str(i), "nq" if i % 2 else "2wiki", 0.0) for i in range(10)]
     better = [dict(r, em=1.0, score=1.0, f1=1.0) if int(r["id"]) < 6 else r for r in base]
     report = write_report(tmp_path, {"untrained": base, "cold_start": base, "grpo": better},
-                          {"index": 1.0, "grpo": 2.0}, {1: {"critic/score/mean": 0.5}}, {"title": "t"}, samples=500)
+                          {"index": {"seconds": 1.0, "cpu_seconds": 0.5, "load": [[1.0, 2.0]]},
+                           "grpo": {"seconds": 2.0, "cpu_seconds": 3.0, "load": [[2.0, 2.5], [0.5, 1.0]]}},
+                          {1: {"critic/score/mean": 0.5}}, {"title": "t"}, samples=500)
     assert set(report["comparisons"]) == {f"{a} -> {b}: {k}" for a, b in
                                           [("untrained", "cold_start"), ("cold_start", "grpo"), ("untrained", "grpo")]
                                           for k in ("em", "f1", "score")}
     assert report["comparisons"]["cold_start -> grpo: em"]["mean_diff"] == pytest.approx(0.6)
-    assert json.loads((tmp_path / "report.json").read_text())["timings_s"] == {"index": 1.0, "grpo": 2.0}
+    assert list(json.loads((tmp_path / "report.json").read_text())["stages"]) == ["index", "grpo"]
     text = (tmp_path / "report.md").read_text()
+    assert "| grpo | 2 | 3 | 2.0 -> 2.5, 0.5 -> 1.0 |" in text and "| all | 3 | 4 | |" in text
     assert "| all | 3 |" in text and "![curves](curves.png)" in text and (tmp_path / "curves.png").is_file()
 
 
@@ -115,6 +118,7 @@ def test_a_finished_stage_is_skipped_and_an_unfinished_one_rerun(tmp_path):
               Stage("b", ("grpo_steps",), ("a",), lambda: calls.append("b"))]
     first = run_stages(stages, options)
     assert calls == ["a", "b"] and set(first) == {"a", "b"}
+    assert first["a"]["cpu_seconds"] >= 0 and len(first["a"]["load"]) == 1
     run_stages(stages, options)
     assert calls == ["a", "b"]  # nothing redone
     record_b = read_record(tmp_path / "stages", "b")

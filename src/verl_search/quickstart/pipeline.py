@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,13 +50,25 @@ class Stage:
 
 @dataclass
 class StageRecord:
-    """`stages/NAME.json`: `fingerprint`, `status` (`started` | `done`), `seconds` over every attempt,
-    `attempts`."""
+    """`stages/NAME.json`: `fingerprint`, `status` (`started` | `done`), `attempts`; over every attempt:
+    wall `seconds` and `cpu_seconds` (user + system of this process and of the child processes it
+    waited for, `cpu_seconds`); `load` (the 1-minute load average at the start and end of each attempt)."""
 
     fingerprint: dict
     status: str = "started"
     seconds: float = 0.0
     attempts: int = 0
+    cpu_seconds: float = 0.0
+    load: list = dataclasses.field(default_factory=list)
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of the children it has waited for (their
+    own waited-for descendants included, as the kernel accounts them)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def fingerprint(stage: Stage, stages: dict[str, Stage], options: QuickstartOptions) -> dict:
@@ -108,8 +121,9 @@ def needs_run(folder: Path, name: str, print_: dict) -> bool:
     return record.status != "done"
 
 
-def run_stages(stages: list[Stage], options: QuickstartOptions) -> dict[str, float]:
-    """Run `stages` in order, skipping finished ones; return seconds per stage (every attempt summed).
+def run_stages(stages: list[Stage], options: QuickstartOptions) -> dict[str, dict]:
+    """Run `stages` in order, skipping finished ones; return per stage `{"seconds", "cpu_seconds",
+    "load"}` over every attempt (`StageRecord`).
 
     Shows a stage bar (tqdm: stage k/n, elapsed, ETA); the stages show their own bars.
     """
@@ -127,16 +141,20 @@ def run_stages(stages: list[Stage], options: QuickstartOptions) -> dict[str, flo
                 record.attempts += 1
                 logger.info("stage %s: running (attempt %d)", stage.name, record.attempts)
                 write_record(folder, stage.name, record)
-                started = time.perf_counter()
+                started, cpu, load = time.perf_counter(), cpu_seconds(), os.getloadavg()[0]
                 try:
                     stage.run()
                     record.status = "done"
                 finally:
                     record.seconds += time.perf_counter() - started
+                    record.cpu_seconds += cpu_seconds() - cpu
+                    record.load.append([round(load, 2), round(os.getloadavg()[0], 2)])
                     write_record(folder, stage.name, record)
             else:
                 logger.info("stage %s: done before, skipped", stage.name)
-            timings[stage.name] = round(read_record(folder, stage.name).seconds, 1)
+            record = read_record(folder, stage.name)
+            timings[stage.name] = {"seconds": round(record.seconds, 1), "cpu_seconds": round(record.cpu_seconds, 1),
+                                   "load": record.load}
             bar.update(1)
     return timings
 
@@ -223,7 +241,7 @@ class Quickstart:
                                    group_size=o.group_size, lr=o.grpo_lr, kl=False)
         run_grpo(self.recipe, self.index, overrides, out, o.grpo_steps)
 
-    def report(self, timings: dict[str, float]) -> dict:
+    def report(self, timings: dict[str, dict]) -> dict:
         """Write the report (always redone: it reads every stage's output)."""
         from verl_search.eval.records import read_trajectories
         from verl_search.quickstart.progress import logged_steps

@@ -84,11 +84,16 @@ def comparisons_table(comparisons: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def timings_table(timings: dict[str, float]) -> str:
-    """Markdown: seconds per stage and in all."""
-    lines = ["| stage | seconds |", "| --- | ---: |"]
-    lines += [f"| {stage} | {seconds:.0f} |" for stage, seconds in timings.items()]
-    lines.append(f"| all | {sum(timings.values()):.0f} |")
+def timings_table(stages: dict[str, dict]) -> str:
+    """Markdown: per stage and in all, wall seconds, CPU seconds (`pipeline.cpu_seconds`) and the
+    1-minute load average at the start and end of each attempt. `stages`: name -> `{"seconds",
+    "cpu_seconds", "load"}`."""
+    lines = ["| stage | wall s | CPU s | load (start -> end) |", "| --- | ---: | ---: | --- |"]
+    for stage, t in stages.items():
+        load = ", ".join(f"{a:.1f} -> {b:.1f}" for a, b in t.get("load", []))
+        lines.append(f"| {stage} | {t['seconds']:.0f} | {t.get('cpu_seconds', 0):.0f} | {load} |")
+    total = (sum(t["seconds"] for t in stages.values()), sum(t.get("cpu_seconds", 0) for t in stages.values()))
+    lines.append(f"| all | {total[0]:.0f} | {total[1]:.0f} | |")
     return "\n".join(lines) + "\n"
 
 
@@ -130,14 +135,15 @@ def plot_curves(steps: dict[int, dict], path: Path, title: str) -> list[str]:
     return keys
 
 
-def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, float], steps: dict[int, dict],
+def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, dict], steps: dict[int, dict],
                  meta: dict, samples: int = 10000, seed: int = 0) -> dict:
     """Write `report.json`, `report.md` and (with GRPO steps logged) `curves.png` into `out`.
 
     Args:
         records: model name -> its evaluation's `trajectories.jsonl` records, in the order compared
             (each model against the one before it, and the last against the first).
-        timings: stage -> seconds. steps: GRPO step -> logged metrics. meta: written as is.
+        timings: stage -> `{"seconds", "cpu_seconds", "load"}` (`timings_table`). steps: GRPO step ->
+            logged metrics. meta: written as is.
         samples, seed: of the paired bootstrap.
 
     Returns the report as written to `report.json`.
@@ -150,12 +156,13 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, f
     comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed)
                    for a, b in pairs for key in ("em", "f1", "score")}
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
-    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "timings_s": timings,
+    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "stages": timings,
               "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}}
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     parts = [f"# {meta.get('title', 'verl-search quickstart')}", "", models_table(summaries),
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
-             "## Stage timings", "", timings_table(timings)]
+             "## Stage timings", "", "CPU s: user + system seconds of the quickstart and the processes it waited "
+             "for; wall time on a shared machine grows with its load.", "", timings_table(timings)]
     if curves:
         parts += ["## GRPO training curves", "", "![curves](curves.png)", "", "Plotted: " + ", ".join(curves), ""]
     (out / "report.md").write_text("\n".join(parts), encoding="utf-8")
