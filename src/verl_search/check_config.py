@@ -57,8 +57,8 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
 
     `$VERL_SEARCH_TOOL_CONFIG` / `$VERL_SEARCH_AGENT_LOOPS` (used by the shipped recipes) default to
     the shipped YAMLs, as the recipes' `run.sh` sets them, for the composition only: `os.environ` is
-    the same after the call. `require_engine`: a rollout engine that is not installed is a problem
-    (default: a logged warning naming its extra).
+    the same after the call. `require_engine`: a rollout engine (or, for `strategy: megatron`,
+    Megatron-LM) that is not installed is a problem (default: a logged warning naming its extra).
 
     Raises:
         verl_search.verl_compat.UnsupportedVerlVersion: the installed verl is not the supported one.
@@ -121,6 +121,7 @@ def _check_rollout_engine(name: str, required: bool, problems: list[str]) -> Non
     except Exception as exc:  # an ImportError deep in the engine, or a version verl does not support
         problems.append(f"rollout.name={name}: verl's {name} rollout does not import ({type(exc).__name__}: {exc}); "
                         f"{install_line(extra)} installs the versions verl {SUPPORTED_VERL_VERSION} pins")
+
 
 @contextlib.contextmanager
 def _environ_defaults(defaults: dict[str, str]):
