@@ -9,12 +9,14 @@ this fake. It follows the documented formats: `POST /search` with header `X-API-
 
 `FakeWeb.script` makes the next calls for a query (or page URL) misbehave, one entry per call:
 an HTTP status (`429`, `500`, ...), `"slow"` (sleep `slow_seconds`, then answer), `"not json"`,
-`"wrong json"` (JSON without the expected fields) or `"ok"`. Every call is counted.
+`"wrong json"` (JSON without the expected fields) or `"ok"`. Every call is counted, with its time and the
+most search calls seen in flight at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter, defaultdict
 
 from fastapi import FastAPI, Request
@@ -32,6 +34,8 @@ class FakeWeb:
         self.script: dict[str, list] = defaultdict(list)
         self.bodies: list[dict] = []
         self.results_per_query, self.slow_seconds = results_per_query, slow_seconds
+        self.in_flight = self.max_in_flight = 0
+        self.call_times: list[float] = []  # time.monotonic() of each search call
 
     @property
     def total_calls(self) -> int:
@@ -65,7 +69,13 @@ class FakeWeb:
             self.bodies.append(body)
             query, num = body["q"], int(body.get("num", 10))
             self.calls[query] += 1
-            failure = await self._misbehave(query)
+            self.call_times.append(time.monotonic())
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                failure = await self._misbehave(query)
+            finally:
+                self.in_flight -= 1
             if failure is not None:
                 return failure
             slug = "-".join(query.lower().split())

@@ -261,3 +261,27 @@ def test_a_waiter_fetches_itself_when_the_fetching_request_is_cancelled(tmp_path
 
     hits = asyncio.run(scenario())
     assert hits[0][0].passage.id == "https://example.org/t" and Upstream.calls == 2 and backend.coalesced == 1
+
+
+def test_the_token_bucket_and_the_concurrency_limit_bound_upstream_calls(fake, tmp_path, keys):
+    options = options_for(fake, tmp_path, upstream_rate=4.0, upstream_burst=2, upstream_concurrency=2,
+                          request_deadline=10.0, upstream_timeout=5.0)
+    fake.script.update({f"bucket query {i}": ["slow"] for i in range(8)})  # each call takes 0.3 s
+    fake.slow_seconds, fake.max_in_flight, first_call = 0.3, 0, len(fake.call_times)
+    with ThreadServer(create_web_app(build_backend(options), request_deadline=10.0)) as server:
+        response = retrieve(server, {"queries": [f"bucket query {i}" for i in range(8)]})
+    fake.slow_seconds = 3.0
+    assert response.status_code == 200 and all(len(hits) == 3 for hits in response.json()["result"])
+    times = fake.call_times[first_call:]
+    assert len(times) == 8 and fake.max_in_flight <= 2  # never more than --upstream-concurrency at once
+    assert times[-1] - times[0] >= (8 - 2) / 4.0 - 0.1  # 2 at once, then 4 per second
+
+
+def test_this_servers_own_rate_limit_is_a_429_within_the_deadline(fake, tmp_path, keys):
+    options = options_for(fake, tmp_path, upstream_rate=0.5, upstream_burst=1, request_deadline=1.0)
+    with ThreadServer(create_web_app(build_backend(options), request_deadline=1.0)) as server:
+        started = time.monotonic()
+        response = retrieve(server, {"queries": ["own limit a", "own limit b", "own limit c"]})
+        assert response.status_code == 429 and time.monotonic() - started < 2.0
+        assert "this server's own rate limit" in response.json()["detail"] and response.headers["retry-after"] == "1"
+    assert fake.calls["own limit a"] + fake.calls["own limit b"] + fake.calls["own limit c"] == 1  # the one token
