@@ -1,4 +1,5 @@
-"""The `/retrieve` wire contract, shared by the server route and the `SearchTool` client.
+"""The `/retrieve` wire contract, shared by the server route and the `SearchTool` client (and `/access`'s,
+`AccessRequest` / `AccessResponse`, shared by `server.access`, the web backend and `AccessTool`).
 
 It is Search-R1's format (`search_r1/search/retrieval_server.py`), so existing clients keep
 working::
@@ -184,7 +185,9 @@ class HealthResponse(BaseModel):
     duplicates included), `duplicates` (queries answered by another copy in the same batch),
     `search_seconds` (seconds inside the retriever); with the query cache on (`--cache-mb`),
     `cache_hits`, `cache_misses`, `cache_entries`, `cache_mb` (estimated size, MiB),
-    `cache_evictions` (all `None` when the cache is off)."""
+    `cache_evictions` (all `None` when the cache is off). The web backend (`web.app`) fills the
+    `cache_*` fields from its on-disk cache and adds `upstream_calls`, `upstream_retries`,
+    `upstream_failures` and `coalesced`."""
 
     status: str
     retriever: str | None = None
