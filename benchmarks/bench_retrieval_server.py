@@ -22,7 +22,9 @@ server was still searching when the level before it ended.
 Per level: queries/s, p50/p90/p99 latency (ms, wrk's), errors (connect/read/write/timeout/non-2xx), requests completed,
 mean queries per retriever call, the share of queries answered from another copy in the same batch
 (`dup`: 0 with these bodies, see `write_bodies`) and the share of wall time the batch
-worker spent searching (from `/health`), wrk's CPU seconds; per server: peak RSS (VmHWM). Then the targets of issue 11.
+worker spent searching (from `/health`), wrk's CPU seconds, the server's CPU milliseconds per query (`cpu ms/q`,
+until it is idle again: what a query costs, whatever else the machine runs); per server: peak RSS (VmHWM). Then the
+targets of issue 11.
 
     python benchmarks/bench_retrieval_server.py --seconds 10            # dense (MiniLM), the issue's table
     python benchmarks/bench_retrieval_server.py --seconds 10 --rounds 3 # the same, median of 3 rounds per level
@@ -142,15 +144,29 @@ def wait_until_idle(servers, timeout: float = 120.0) -> None:
         httpx.post(f"{server.url}/retrieve", json=probe, timeout=timeout).raise_for_status()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far, all its threads (`/proc/PID/stat`)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(server: SubprocessServer, script: Path, bodies: dict, levels, seconds: float, timeout: float = 30.0) -> list[dict]:
-    """Drive `server` at each `(clients, per_request)` level; one row of numbers per level."""
+    """Drive `server` at each `(clients, per_request)` level; one row of numbers per level.
+
+    `cpu_ms`: the server's CPU milliseconds per query answered, from the level's start until the server is idle
+    again (its last batch, finished after wrk stopped, counted with its queries): the cost of a query, which other
+    load on the machine stretches in wall time but hardly changes in CPU time."""
     rows = []
     for clients, per in levels:
         health = httpx.get(f"{server.url}/health").json()
+        cpu_before = process_cpu_seconds(server.process.pid)
         started = time.monotonic()
         result = run_wrk(server.url, script, bodies[per], clients, seconds, timeout)
         wall = time.monotonic() - started
         after = httpx.get(f"{server.url}/health").json()
+        wait_until_idle([server], max(120.0, timeout))
+        settled = httpx.get(f"{server.url}/health").json()
+        cpu_ms = 1000 * (process_cpu_seconds(server.process.pid) - cpu_before) / max(1, settled["queries"] - health["queries"])
         batches = max(1, after["batches"] - health["batches"])
         rows.append({
             "clients": clients, "per": per,
@@ -162,6 +178,7 @@ def measure(server: SubprocessServer, script: Path, bodies: dict, levels, second
             "busy": (after["search_seconds"] - health["search_seconds"]) / wall,
             "cache_hits": (after.get("cache_hits") or 0) - (health.get("cache_hits") or 0),
             "cache_misses": (after.get("cache_misses") or 0) - (health.get("cache_misses") or 0),
+            "cpu_ms": cpu_ms,
         })
     return rows
 
@@ -175,14 +192,14 @@ def print_table(name: str, levels: dict, rss: float) -> None:
     """One server's table: per level its median round, and every round's queries/s when there were several."""
     print(f"\n## {name} (server peak RSS {rss:.0f} MiB)")
     print(f"{'load':>8} {'queries/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'errors':>6} "
-          f"{'requests':>8} {'q/batch':>8} {'dup':>4} {'busy':>5} {'wrk cpu s':>9}")
+          f"{'requests':>8} {'q/batch':>8} {'dup':>4} {'busy':>5} {'wrk cpu s':>9} {'cpu ms/q':>8}")
     for rounds in levels.values():
         r = median_round(rounds)
         extra = "" if len(rounds) == 1 else "  rounds q/s " + " ".join(f"{x['qps']:.0f}" for x in rounds)
         if r["cache_hits"] + r["cache_misses"]:
             extra += f"  cache hits {100 * r['cache_hits'] / (r['cache_hits'] + r['cache_misses']):.0f}%"
         print(f"{r['clients']:>4}x{r['per']:<3} {r['qps']:>10.1f} {r['p50']:>8.1f} {r['p90']:>8.1f} {r['p99']:>8.1f} "
-              f"{r['errors']:>6} {r['requests']:>8} {r['batch']:>8.1f} {r['dup']:>4.0%} {r['busy']:>5.0%} {r['wrk_cpu_s']:>9.2f}{extra}")
+              f"{r['errors']:>6} {r['requests']:>8} {r['batch']:>8.1f} {r['dup']:>4.0%} {r['busy']:>5.0%} {r['wrk_cpu_s']:>9.2f} {r['cpu_ms']:>8.1f}{extra}")
 
 
 def make_cross_encoder(folder: Path, encoder: str) -> None:
@@ -296,14 +313,16 @@ def main() -> None:
     ours = {level: median_round(rows) for level, rows in results["batched"].items()}
     for name in [variant.partition("=")[0] for variant in args.also]:
         print(f"\n## batched / {name} (queries/s ratio per level, of the median rounds and of each round, the servers "
-              f"measured back to back; errors batched / {name} in all rounds; cost per query = 1 / queries/s)")
+              f"measured back to back; errors batched / {name} in all rounds; server CPU ms per query)")
         for key, rows in results[name].items():
             theirs = median_round(rows)
-            ratios = [b["qps"] / max(t["qps"], 1e-9) for b, t in zip(results["batched"][key], rows)]
-            print(f"{key[0]:>4}x{key[1]:<3} {ours[key]['qps']:.1f} / {theirs['qps']:.1f} = {ours[key]['qps'] / max(theirs['qps'], 1e-9):.2f}"
-                  f"  (each round: {' '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median_high(ratios):.2f})  errors {sum(r['errors'] for r in results['batched'][key])}"
-                  f" / {sum(r['errors'] for r in rows)}  cost per query {1000 / max(ours[key]['qps'], 1e-9):.1f} ms"
-                  f" / {1000 / max(theirs['qps'], 1e-9):.1f} ms  p50 {ours[key]['p50']:.0f} / {theirs['p50']:.0f} ms")
+            ratios = [b["qps"] / t["qps"] for b, t in zip(results["batched"][key], rows) if t["qps"]] or [float("nan")]
+            ratio = "n/a" if not theirs["qps"] else f"{ours[key]['qps'] / theirs['qps']:.2f}"
+            print(f"{key[0]:>4}x{key[1]:<3} {ours[key]['qps']:.1f} / {theirs['qps']:.1f} = {ratio}"
+                  f"  (each round: {' '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median_high(ratios):.2f})"
+                  f"  errors {sum(r['errors'] for r in results['batched'][key])} / {sum(r['errors'] for r in rows)}"
+                  f"  CPU per query {ours[key]['cpu_ms']:.1f} / {theirs['cpu_ms']:.1f} ms"
+                  f"  p50 {ours[key]['p50']:.0f} / {theirs['p50']:.0f} ms")
     if "off" not in results or not {(1, 1), (256, 1), (4, 64)} <= set(ours):
         shutil.rmtree(work, ignore_errors=True)
         return

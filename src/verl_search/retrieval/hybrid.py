@@ -178,8 +178,8 @@ class HybridRetriever:
         options: fusion settings (default `HybridOptions()`: RRF, k 60, 50 candidates).
 
     Scores in the answer are the fused ones (RRF: at most `2 / (k + 1)`, about 0.033 at k 60;
-    weighted: in [0, 1]). A query blank for both, or unknown to BM25 and blank, gets no hits; a
-    query with no BM25 term gets the dense ranking alone.
+    weighted: in [0, 1]). A blank query gets no hits; a query with no word in the BM25 vocabulary
+    gets the dense ranking alone.
 
     Raises:
         ValueError: the two retrievers hold different numbers of passages.
