@@ -150,3 +150,16 @@ def test_hybrid_over_the_mini_corpus_is_rrf_of_its_halves(bm25_retriever, dense_
         expected = reciprocal_rank_fusion([[r for r, _ in bm25_rows], [r for r, _ in dense_rows]], 60)[:5]
         assert [(h.passage.id, h.score) for h in hits] == [(bm25_retriever.corpus.get(r).id, s) for r, s in expected]
     assert bm25_retriever.search(["zzqxjv"], 3) == [[]] and hybrid.search(["zzqxjv"], 3)[0]  # dense half answers
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--retriever", "hybrid"], "is a bm25 index; build a hybrid index"),
+    (["--fusion", "weighted"], "apply to a hybrid index"),
+    (["--rerank-candidates", "5"], "need --reranker DIR"),
+    (["--reranker", "/nonexistent"], "is not a model folder"),
+])
+def test_serve_refuses_flags_its_index_cannot_use(bm25_index, flags, message, caplog):
+    from verl_search import cli
+
+    assert cli.main(["serve", "--index", str(bm25_index), *flags]) == 2  # before the port is bound
+    assert message in caplog.text

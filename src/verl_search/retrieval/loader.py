@@ -85,8 +85,9 @@ class IndexSpec:
         if retriever is None or retriever == self.kind:
             return
         if self.kind != "hybrid" or retriever not in ("bm25", "dense"):
+            holding = "a hybrid index" if retriever == "hybrid" else f"a {retriever} or hybrid index"
             raise IndexMismatchError(f"--retriever {retriever}: index {self.index_path} is a {self.kind} index; "
-                                     f"build a {retriever} or hybrid index with `verl-search index build --retriever`")
+                                     f"build {holding} with `verl-search index build --retriever`")
         self.kind = retriever
 
     def fingerprint(self) -> str:

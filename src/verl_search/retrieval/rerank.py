@@ -70,6 +70,19 @@ def pair_text(passage: Passage) -> str:
     return f"(Title: {title}) {text}" if title else text
 
 
+def check_reranker_folder(path: str | os.PathLike) -> Path:
+    """`path` as a `Path` if it holds a model (`config.json`).
+
+    Raises:
+        FileNotFoundError: it does not, naming the flag and the fix.
+    """
+    folder = Path(path)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"--reranker {folder} is not a model folder (no config.json); pass a local "
+                                "sentence-transformers CrossEncoder folder")
+    return folder
+
+
 class CrossEncoderReranker:
     """A sentence-transformers `CrossEncoder` loaded from a local folder, scoring (query, passage) pairs.
 
@@ -86,10 +99,7 @@ class CrossEncoderReranker:
 
     def __init__(self, path: str | os.PathLike, batch_size: int = 32, max_length: int | None = None,
                  device: str | None = None):
-        folder = Path(path)
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"--reranker {folder} is not a model folder (no config.json); pass a local "
-                                    "sentence-transformers CrossEncoder folder")
+        folder = check_reranker_folder(path)
         try:
             from sentence_transformers import CrossEncoder
         except ImportError as exc:

@@ -28,7 +28,7 @@ from verl_search.options import add_arguments, build
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.encoder import EncoderBackend
 from verl_search.retrieval.hybrid import HybridOptions
-from verl_search.retrieval.rerank import RerankOptions
+from verl_search.retrieval.rerank import RerankOptions, check_reranker_folder
 from verl_search.server.settings import ServerSettings
 from verl_search.web.options import WebOptions
 
@@ -206,10 +206,13 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
     spec.encoder_threads = options.encoder_threads
     spec.select(options.retriever)
     spec.hybrid, spec.rerank = hybrid, rerank
+    if spec.kind != "hybrid" and hybrid is not None and hybrid != HybridOptions():
+        raise ValueError(f"--fusion, --rrf-k, --dense-weight and --fusion-candidates apply to a hybrid index; "
+                         f"{options.index} is served as {spec.kind}")
     if rerank is not None and rerank.reranker:
-        from verl_search.retrieval.manifest import encoder_fingerprint
-
-        encoder_fingerprint(rerank.reranker)  # a folder with config.json, or FileNotFoundError before the port is bound
+        check_reranker_folder(rerank.reranker)  # FileNotFoundError before the port is bound
+    elif rerank is not None and rerank != RerankOptions():
+        raise ValueError("--rerank-candidates, --rerank-batch-size and --rerank-max-length need --reranker DIR")
     failed: list[BaseException] = []
 
     def stop_on_failure(exc: BaseException) -> None:
