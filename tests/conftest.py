@@ -153,14 +153,28 @@ def tiny_qwen(tmp_path_factory) -> Path:
     Its generations are noise; it gives verl a real model folder (config + tokenizer + chat
     template) and the transformers engine a real model to run.
     """
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2"), hidden_size=64, num_attention_heads=4,
+                           num_key_value_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_hd64(tmp_path_factory) -> Path:
+    """`tiny_qwen` with a head size of 64 (hidden 128, 2 heads): vLLM's CPU attention has no kernel
+    for `tiny_qwen`'s 16."""
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2_hd64"), hidden_size=128, num_attention_heads=2,
+                           num_key_value_heads=1)
+
+
+def save_tiny_qwen2(folder: Path, hidden_size: int, num_attention_heads: int, num_key_value_heads: int) -> Path:
+    """A randomly initialised 2-layer Qwen2 (seed 0, MLP 2 x hidden) and the Qwen2.5 tokenizer in `folder`."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    folder = tmp_path_factory.mktemp("tiny_qwen2")
     tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192, tie_word_embeddings=True,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+        max_position_embeddings=8192, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)

