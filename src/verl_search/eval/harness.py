@@ -70,7 +70,9 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     done = read_trajectories(trajectories)
     pending = [i for i, row in enumerate(rows) if row_id(row) not in done]
     logger.info("%d questions, %d already in %s, %d to run", len(rows), len(rows) - len(pending), trajectories, len(pending))
-    if pending:
+    if pending and engine is None and options.engine == "vllm":
+        _run_on_vllm(options, rows, pending, data_file, trajectories)
+    elif pending:
         client, tokenizer, hf_folder = engine or make_engine(options)
         with retrieval_service(options) as url, verl_warnings_once():
             config = compose_verl_config(verl_overrides(options, hf_folder, data_file, url))
@@ -83,3 +85,25 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     records = [r for r in read_trajectories(trajectories).values() if r["id"] in wanted]
     meta = {"options": asdict(options), "questions": len(records)}
     return write_report(records, out, f"verl-search eval: {Path(options.model).name}, {options.protocol} protocol", meta)
+
+
+def _run_on_vllm(options: EvalOptions, rows: list[dict], pending: list[int], data_file: Path, trajectories: Path) -> None:
+    """The rollouts on verl's own vLLM replica (standalone, CPU build): `eval.vllm_rollout`."""
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop import AgentLoopWorker
+
+    from verl_search.eval.batch import load_dataset
+    from verl_search.eval.verl_config import compose_verl_config
+    from verl_search.eval.vllm_rollout import cpu_ray, start_client, with_vllm
+    from verl_search.rollout.models import model_folder
+
+    hf_folder = model_folder(options.model, options.gguf_file)
+    tokenizer = AutoTokenizer.from_pretrained(hf_folder)
+    with retrieval_service(options) as url, verl_warnings_once(), cpu_ray():
+        config = compose_verl_config(with_vllm(verl_overrides(options, hf_folder, data_file, url), options))
+        dataset = load_dataset(data_file, tokenizer, config.data)
+        if len(dataset) != len(rows):
+            raise RuntimeError(f"verl's RLHFDataset kept {len(dataset)} of {len(rows)} rows")
+        _, client = start_client(config)
+        asyncio.run(rollout(AgentLoopWorker(config, client), dataset, rows, pending, tokenizer, options.batch_size,
+                            trajectories))

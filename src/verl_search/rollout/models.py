@@ -48,6 +48,22 @@ def _rope(config) -> object:
     return getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None)
 
 
+def model_folder(model: str, gguf_file: str | None = None) -> str:
+    """The plain HF folder of `model` (as `load_causal_lm` resolves it), without keeping the model
+    loaded when the folder already exists: what an engine that loads the folder itself (verl's
+    vLLM replica) needs. Raises as `load_causal_lm`."""
+    if model == SMOLLM2:
+        model, gguf_file = smollm2_gguf()
+    if gguf_file is None:
+        if not Path(model).is_dir():
+            raise FileNotFoundError(f"model folder {model} does not exist; pass --model PATH or --model smollm2")
+        return model
+    target = cache_dir() / "models" / Path(gguf_file).stem
+    if (target / "config.json").is_file():
+        return str(target)
+    return load_causal_lm(model, gguf_file)[2]
+
+
 def load_causal_lm(model: str, gguf_file: str | None = None):
     """Load `(model, tokenizer, hf_folder)` for the CPU engine.
 
