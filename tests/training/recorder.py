@@ -40,7 +40,8 @@ class RecordingWorker(AgentLoopWorkerTQ.__ray_metadata__.modified_class):
                         "response_mask": list(item.response_mask),
                         "reward_score": item.reward_score,
                         "extra_fields": _plain({k: v for k, v in item.extra_fields.items()
-                                                if k in ("num_searches", "failed_searches", "reward_extra_info")}),
+                                                if k in ("num_searches", "failed_searches", "reward_extra_info",
+                                                         "turns", "answered", "invalid_actions")}),
                     }) + "\n")
         return result
 

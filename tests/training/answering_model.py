@@ -1,0 +1,84 @@
+"""A tiny random Qwen2 fitted to open its first turn with one of three moves, so that the samples of
+one GRPO group get different rewards from our real reward function.
+
+Stand-in for a real policy (none fits CI's 2 cores): fitted on real prompts (the Qwen2.5 chat
+template, our preprocessing) to continue `<|im_start|>assistant\\n` with one of `MOVES[protocol]`,
+weighted by `WEIGHTS`: a search, the right answer `RIGHT` or the wrong answer `WRONG` (the rest of
+its probability is noise).
+The rows built by `rows()` all have `RIGHT` as their gold answer (a tiny model cannot answer real
+questions), so `verl_search.rewards.compute_score` scores the right answer 1 and the others 0.
+Everything after a search is the model's own noise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.training.searching_model import QUERY, SEARCH_TURNS, _prompts
+
+RIGHT, WRONG = QUERY, "Steven Spielberg"
+MOVES = {
+    "tool": {"search": SEARCH_TURNS["tool"], "right": f"<answer> {RIGHT} </answer><|im_end|>",
+             "wrong": f"<answer> {WRONG} </answer><|im_end|>"},
+    "search_r1": {"search": SEARCH_TURNS["search_r1"], "right": f"<answer> {RIGHT} </answer>",
+                  "wrong": f"<answer> {WRONG} </answer>"},
+}
+WEIGHTS = {"search": 2, "right": 2, "wrong": 1}
+"""Weight of each move in the fitting loss: the fitted model samples them about 2 : 2 : 1."""
+
+
+def rows(source_rows: list[dict], count: int) -> list[dict]:
+    """The first `count` preprocessed rows, each with gold answer `RIGHT`."""
+    out = []
+    for row in source_rows[:count]:
+        row = json.loads(json.dumps(row))
+        row["reward_model"]["ground_truth"] = {"target": [RIGHT]}
+        out.append(row)
+    return out
+
+
+def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], protocol: str,
+                         tool_schema: dict | None = None, steps: int = 100, seed: int = 0) -> Path:
+    """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `WEIGHTS`; returns `out`.
+
+    `out/fitted.json` holds each move's probability under the fitted model, per prompt.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_folder)
+    model = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
+    moves = {name: tokenizer.encode(text, add_special_tokens=False) for name, text in MOVES[protocol].items()}
+    names = list(moves)
+    weights = torch.tensor([float(WEIGHTS[name]) for name in names])
+    prompts = _prompts(tokenizer, source_rows, protocol, tool_schema)
+
+    def log_probs(prompt: list[int]):
+        """Log-probability of each move after `prompt`: one forward pass over the moves, right-padded."""
+        width = max(len(ids) for ids in moves.values())
+        input_ids = torch.tensor([prompt + moves[n] + [0] * (width - len(moves[n])) for n in names])
+        mask = torch.tensor([[1] * (len(prompt) + len(moves[n])) + [0] * (width - len(moves[n])) for n in names])
+        hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+        # the LM head (151k-token vocabulary) only where a move is predicted
+        logits = model.lm_head(hidden[:, len(prompt) - 1:-1]).log_softmax(-1)
+        targets = input_ids[:, len(prompt):]
+        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return (picked * mask[:, len(prompt):]).sum(-1)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        # the mixture's likelihood: every move of one prompt in each step, so no move is the last one seen
+        loss = -(weights * log_probs(prompts[step % len(prompts)])).sum() / weights.sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        probabilities = [dict(zip(names, log_probs(prompt).exp().tolist())) for prompt in prompts]
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "fitted.json").write_text(json.dumps({"protocol": protocol, "steps": steps, "probabilities": probabilities}))
+    return out

@@ -1,0 +1,92 @@
+"""Test-only: verl's sync trainer, registered as `PROBE_TRAINER`, that measures what each update did
+to the batch it was computed on, with verl's own computations.
+
+* actor: the batch's `old_log_probs` (verl's `compute_log_prob` before the update) and, right after
+  `update_actor`, the same `actor_rollout_wg.compute_log_prob` on the same batch;
+* critic: the batch's `values` (verl's critic before the update) and, right after the critic's update,
+  the critic's values on the same batch again (the batch's own `values` are put back afterwards).
+
+Each becomes JSON lines in `$VERL_SEARCH_TEST_PROBE`: per trajectory its TransferQueue key, response
+tokens (mask 1), score, advantage and summed log-probs before/after (actor), or its value loss
+`0.5 * mean((value - return)^2)` over mask-1 tokens before/after (critic). Nothing else changes.
+
+Loaded through verl's public hooks only: `VERL_USE_EXTERNAL_MODULES` imports this module (after the
+CPU plugin), `register_trainer` registers the class, `trainer.v1.trainer_mode=PROBE_TRAINER` picks it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import transfer_queue as tq
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+from verl.workers.utils.padding import response_from_nested
+
+PROBE_ENV = "VERL_SEARCH_TEST_PROBE"
+PROBE_TRAINER = "verl_search_probe"
+
+
+def _rows(data, fields) -> dict[str, list[torch.Tensor]]:
+    """Per field, one tensor per trajectory (TransferQueue hands back jagged nested tensors)."""
+    return {field: list(data[field].unbind()) if data[field].is_nested else list(data[field]) for field in fields}
+
+
+def _write(records: list[dict]) -> None:
+    with open(os.environ[PROBE_ENV], "a", encoding="utf-8") as probe:
+        for record in records:
+            probe.write(json.dumps(record) + "\n")
+
+
+class ProbeTrainer(PPOTrainerSync):
+    """`PPOTrainerSync` that records each update's effect on its own batch (module docstring)."""
+
+    def _update_actor(self, batch, metrics):
+        fields = ["old_log_probs", "advantages", "rm_scores", "response_mask", "responses"]
+        before = _rows(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields), fields)
+        batch = super()._update_actor(batch, metrics)
+        batch.extra_info.update({"calculate_entropy": False, "compute_loss": False,
+                                 "temperature": self.config.actor_rollout_ref.rollout.temperature})
+        self.actor_rollout_wg.compute_log_prob(batch)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["log_probs", "response_mask"])
+        after = list(response_from_nested(data["log_probs"], data["response_mask"]).unbind())
+        records = []
+        for i, key in enumerate(batch.keys):
+            m = before["response_mask"][i].bool()
+            records.append({
+                "kind": "actor", "step": self.global_steps, "key": key,
+                "response": before["responses"][i][m].tolist(),
+                "score": float(before["rm_scores"][i].sum()),
+                "advantage": float(before["advantages"][i][m][0]) if m.any() else 0.0,
+                "log_prob_before": float(before["old_log_probs"][i][m].sum()),
+                "log_prob_after": float(after[i][m].sum()),
+            })
+        _write(records)
+        return batch
+
+    def _update_critic(self, batch, metrics):
+        fields = ["values", "returns", "response_mask"]
+        saved = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["values"])
+        before = _rows(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields), fields)
+        batch = super()._update_critic(batch, metrics)
+        self._compute_values(batch, metrics={})
+        after = _rows(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["values"]),
+                      ["values"])["values"]
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=saved)
+
+        def loss(values: torch.Tensor, i: int) -> float:
+            m = before["response_mask"][i].bool()
+            return float(0.5 * ((values[m] - before["returns"][i][m]) ** 2).mean())
+
+        _write([{"kind": "critic", "step": self.global_steps, "key": key,
+                 "tokens": int(before["response_mask"][i].sum()),
+                 "value_loss_before": loss(before["values"][i], i),
+                 "value_loss_after": loss(after[i], i)} for i, key in enumerate(batch.keys)])
+        return batch
+
+
+if TRAINER_REGISTRY.get(PROBE_TRAINER) is None:
+    register_trainer(PROBE_TRAINER)(ProbeTrainer)
