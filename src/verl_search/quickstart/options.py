@@ -52,7 +52,7 @@ class QuickstartOptions:
     grpo_lr: float = field(default=2e-5, metadata=_help("GRPO learning rate"))
     max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
     topk: int = field(default=3, metadata=_help("passages per search (train and eval)"))
-    max_tokens_per_turn: int = field(default=96, metadata=_help("tokens per model turn (train and eval)"))
+    max_tokens_per_turn: int = field(default=64, metadata=_help("tokens per model turn (train and eval)"))
     max_obs_tokens: int = field(default=160, metadata=_help("tokens per observation (train and eval)"))
     temperature: float = field(default=0.0, metadata=_help("evaluation and validation temperature (0: greedy)"))
     batch_size: int = field(default=16, metadata=_help("questions rolled out together in an evaluation"))
