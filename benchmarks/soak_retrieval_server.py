@@ -1,4 +1,4 @@
-"""Soak benchmark of the retrieval server (issue 12, item 1; prints numbers, exits 1 on failure).
+"""Soak benchmark of the retrieval server (prints numbers, exits 1 on failure).
 
 Starts the real server (`python -m verl_search.server`, a child process) on the dense MiniLM index
 over the mini corpus, warms it up with the full load, then keeps `--clients` concurrent aiohttp

@@ -131,7 +131,7 @@ def single_threaded_workers(count: int) -> ThreadPoolExecutor:
     small matrices of a 16-query sub-batch that wait costs more than it gains, and on a busy machine
     (the server's event loop takes a core now and then) one late thread stalls them all. Encoding
     whole sub-batches side by side, one per worker, avoids both. On 2 CPU cores (MiniLM, real
-    questions, README "Encoder backends"): +28-59% queries/s for the encoder alone on 256-query
+    questions, docs/retrieval-service.md "Encoder backends"): +28-59% queries/s for the encoder alone on 256-query
     batches (`benchmarks/bench_encoder_backends.py`), +21-37% for the server at 256 x 1.
 
     torch gives each thread its operator thread count on that thread's first use, from the

@@ -56,7 +56,7 @@ class _RetrieveRoute:
     unexpected exception is still a logged 500) and calls the route's own handler, skipping
     FastAPI's exception middleware, router, request/response wrappers and endpoint machinery.
     With the batcher's one wake-up per batch, this took the event loop's CPU per request at 256
-    single-query clients from 0.76 to 0.27 ms (per-thread CPU from `/proc`, README "Micro-batching"), CPU
+    single-query clients from 0.76 to 0.27 ms (per-thread CPU from `/proc`, docs/benchmarks/retrieval-server.md), CPU
     the encoder's threads share on a small machine. The FastAPI route runs the same handler for a
     `/retrieve` this does not match (an app mounted under a prefix) and documents it in OpenAPI.
     Every request is stamped with `perf_counter()` at `ARRIVAL_KEY` (for `Server-Timing`).

@@ -17,7 +17,7 @@ Under heavy load (the previous batch was at least half full) it keeps gathering 
 arrive at most `burst_gap_ms` apart, up to `max_burst_wait_ms`: with 256 single-query clients the
 clients it has just answered come back within a few tens of milliseconds, and without that wait
 each batch would take only the half that arrived while the last one ran, the two halves taking
-turns (30-s levels of 256 x 1, old and new alternated: 307 / 309 -> 326 / 315 q/s, README "Micro-batching").
+turns (30-s levels of 256 x 1, old and new alternated: 307 / 309 -> 326 / 315 q/s, docs/benchmarks/retrieval-server.md).
 Because only this thread touches the retriever, the index is never searched from two threads at
 once (faiss GPU search is not thread safe; Search-R1's server ran it from a thread pool).
 
