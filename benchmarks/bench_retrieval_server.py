@@ -30,7 +30,7 @@ targets (256 x 1 at >= 90% of 4 x 64).
     python benchmarks/bench_retrieval_server.py --seconds 10 --rounds 3 # the same, median of 3 rounds per level
     python benchmarks/bench_retrieval_server.py --retriever bm25
 
-Hybrid and rerank (issue 27): `--retriever hybrid` serves `mini_hybrid_minilm` (BM25 + the MiniLM
+Hybrid and rerank: `--retriever hybrid` serves `mini_hybrid_minilm` (BM25 + the MiniLM
 vectors, built from `mini_dense_minilm` with `--from-faiss`); `--servers` picks the built-in servers,
 `--levels` the loads, and every `--also` server is compared with `batched` level by level:
 
