@@ -85,6 +85,7 @@ def train(recipe: Path, model: Path, files, url: str, out: Path, steps: int, ext
         "actor_rollout_ref.rollout.calculate_log_probs=true",  # the rollout's own log-probs, compared by verl
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
         f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.test_freq=2",
+        "trainer.total_epochs=100",  # the tool recipe trains one epoch (verl's example); the test data is 2 batches
         "trainer.val_before_train=false", f"trainer.default_local_dir={out / 'ckpt'}",
         "trainer.logger=[console,file]",
         "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=tests.training.recorder.RecordingAgentLoopManager",
