@@ -4,8 +4,9 @@
 * GRPO recipe (tool-call protocol, verl's `ToolAgentLoop` + our `SearchTool`): 2 prompts x 8
   samples; our reward (`verl_search.rewards.compute_score`, EM) scores the samples of a group
   differently; weight decay off. After the one update, verl's actor `compute_log_prob` on the same
-  batch gives every sample with a positive advantage (the right answer) a higher log-probability
-  and every sample with a negative one a lower log-probability than before the update.
+  batch gives the samples with a positive advantage (the right answer) a higher log-probability on
+  average and those with a negative one a lower one, and the advantage-weighted sum of the changes
+  (the objective the update ascends) is positive.
 * PPO recipe (Search-R1 tag protocol, our agent loop, a critic): the critic's value loss on the
   step's batch, from verl's critic before and after its update, falls.
 * Both: the step's `search/*` metrics (`verl_search.training.metrics`, through the recipes'
@@ -143,10 +144,12 @@ def test_grpo_update_raises_rewarded_and_lowers_unrewarded_log_probs(grpo_run):
     # groups whose samples all scored alike have advantage 0 and no gradient of their own
     assert rewarded and unrewarded, [(s["score"], s["advantage"]) for s in samples]
     assert all(s["score"] == 1.0 for s in rewarded) and all(s["score"] == 0.0 for s in unrewarded)
-    for s in rewarded:
-        assert s["log_prob_after"] > s["log_prob_before"], s
-    for s in unrewarded:
-        assert s["log_prob_after"] < s["log_prob_before"], s
+    change = lambda group: [s["log_prob_after"] - s["log_prob_before"] for s in group]  # noqa: E731
+    # the objective the update ascends: sum of advantage x log-probability over the batch
+    assert sum(s["advantage"] * d for s, d in zip(samples, change(samples))) > 0, change(samples)
+    # on average the rewarded answers gained and the unrewarded lost; a single sample may move against
+    # its own sign by a few thousandths when it shares tokens with samples of the other sign
+    assert np.mean(change(rewarded)) > 0 > np.mean(change(unrewarded)), (change(rewarded), change(unrewarded))
 
 
 def test_ppo_critic_value_loss_falls_on_its_batch(ppo_run):
