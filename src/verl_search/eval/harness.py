@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from verl_search.data.preprocess import write_parquet
@@ -43,7 +43,8 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     """Evaluate, resume-safe; return the report summary (see `verl_search.eval.report`).
 
     Args:
-        options: see `EvalOptions`.
+        options: see `EvalOptions`; `engine="auto"` resolves through `vllm_rollout.choose_engine`
+            (the report records the engine that ran).
         engine: `(client, tokenizer, hf_folder)` to use instead of `make_engine(options)` (any
             object with verl's `generate(request_id, prompt_ids=..., sampling_params=...)`); the
             caller keeps it (only an engine made here is closed here).
@@ -54,6 +55,11 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     """
     check_verl_version()
     from verl.experimental.agent_loop import AgentLoopWorker
+
+    from verl_search.eval.vllm_rollout import choose_engine
+
+    if engine is None:
+        options = replace(options, engine=choose_engine(options.engine))
 
     from verl_search.eval.batch import load_dataset
     from verl_search.eval.verl_config import compose_verl_config

