@@ -15,14 +15,12 @@ import logging
 import sys
 
 from verl_search import __version__
-from verl_search.exits import configure_logging, exit_code
+from verl_search.exits import EXPECTED_ERRORS, configure_logging, exit_code
 from verl_search.extras import require_extra
 from verl_search.verl_compat import UnsupportedVerlVersion, check_verl_version
 
 logger = logging.getLogger("verl_search")
 
-EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, ConnectionError, KeyError,
-                   UnsupportedVerlVersion)
 #: sub-commands that need an extra: checked before the command imports anything of it
 NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl", "preprocess": "verl",
                "quickstart": "verl"}
@@ -41,7 +39,7 @@ def _add_index_build_arguments(build) -> None:
 
 
 def _add_serve_arguments(serve) -> None:
-    from verl_search.server.serve import add_serve_arguments
+    from verl_search.server.command import add_serve_arguments
 
     add_serve_arguments(serve)
 
@@ -252,7 +250,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from verl_search.server.serve import serve_from_args
+    from verl_search.server.command import serve_from_args
 
     return serve_from_args(args)
 
@@ -286,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             check_verl_version()
         return command(args)
 
-    return exit_code(run, EXPECTED_ERRORS)
+    return exit_code(run, (*EXPECTED_ERRORS, UnsupportedVerlVersion))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 logger = logging.getLogger("verl_search")
 
+#: errors that mean a bad path or input, a mismatched index, a missing extra or no cluster/server at
+#: the given address: one log line and exit code 2 (`exit_code`)
+EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, KeyError, ConnectionError)
+
 
 class DiskWriteError(OSError):
     """Writing an output failed for lack of room (disk full, quota, file size limit); the message
@@ -24,8 +28,9 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
 
 
-def exit_code(call: Callable[[], int], expected: tuple[type[BaseException], ...]) -> int:
-    """`call()`'s exit code; 2 (the error logged as one line) when it raises one of `expected`."""
+def exit_code(call: Callable[[], int], expected: tuple[type[BaseException], ...] = EXPECTED_ERRORS) -> int:
+    """`call()`'s exit code; 2 (the error logged as one line) when it raises one of `expected`
+    (default `EXPECTED_ERRORS`) or a `DiskWriteError`."""
     try:
         return call()
     except (*expected, DiskWriteError) as exc:

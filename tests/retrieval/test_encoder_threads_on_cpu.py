@@ -7,7 +7,8 @@ import torch
 
 from verl_search.options import build
 from verl_search.retrieval.encoder import set_encoder_threads
-from verl_search.server.serve import ServeOptions, add_serve_arguments
+from verl_search.server.command import add_serve_arguments
+from verl_search.server.serve import ServeOptions
 
 
 def test_encoder_threads_flag_sets_torchs_threads():

@@ -1,9 +1,10 @@
-"""Start the retrieval service: resolve the index, build the app, run uvicorn.
+"""Serve an index in this process: resolve the index, build the app, run uvicorn (`serve`).
 
-`python -m verl_search.server --index DIR [--port 8000 ...]` and `verl-search serve` are the same
-command (the CLI calls `add_serve_arguments` and `serve_from_args`); `server.runner.SubprocessServer`
-starts it as a child process. Every flag is generated from `ServeOptions` and `ServerSettings`
-(`verl_search.options`), so defaults live in those two classes only.
+Also the options of the `serve` command (`ServeOptions`, `RayOptions`: its flags are generated from
+them and `ServerSettings`, so defaults live in those classes only) and the pieces `server.ray_serve`
+and `web.app` reuse (`freeze_loaded`, `draining_server`). The command itself (flags, `--ray` /
+`--backend web` dispatch, exit codes) is `server.command`; this module imports neither Ray Serve
+nor the web backend.
 
 SIGTERM (or a first Ctrl-C) drains: `/health` says `draining` (503), new `/retrieve` requests get
 503 with `Retry-After`, requests in flight are answered, and the process exits 0 once none is left
@@ -14,28 +15,20 @@ Imports nothing of the verl side (tools, agent loop, eval, verl): it runs in a r
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from verl_search.exits import configure_logging, exit_code
-from verl_search.options import add_arguments, build
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.encoder import EncoderBackend
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.rerank import RerankOptions, check_reranker_folder
 from verl_search.server.settings import ServerSettings
-from verl_search.web.options import WebOptions
 
 logger = logging.getLogger(__name__)
-
-#: errors that mean a bad path, a mismatched index or no Ray cluster at --ray-address: one line and exit code 2
-EXPECTED_ERRORS = (FileNotFoundError, FileExistsError, ValueError, ImportError, KeyError, ConnectionError)
 
 
 @dataclass
@@ -167,16 +160,6 @@ def freeze_loaded(retriever: Retriever) -> Retriever:
     return retriever
 
 
-def add_serve_arguments(parser) -> None:
-    """Add the flags of `ServeOptions` and `ServerSettings` to an argparse parser."""
-    add_arguments(parser, ServeOptions)
-    add_arguments(parser.add_argument_group("limits and batching (ServerSettings)"), ServerSettings)
-    add_arguments(parser.add_argument_group("hybrid index: fusion (HybridOptions)"), HybridOptions)
-    add_arguments(parser.add_argument_group("rerank stage (RerankOptions)"), RerankOptions)
-    add_arguments(parser.add_argument_group("Ray Serve (RayOptions; pip install \"verl-search[ray]\")"), RayOptions)
-    add_arguments(parser.add_argument_group("--backend web (WebOptions; pip install \"verl-search[web]\")"), WebOptions)
-
-
 def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid: HybridOptions | None = None,
           rerank: RerankOptions | None = None) -> int:
     """Serve until stopped (SIGTERM/SIGINT drain first, see the module docstring); return the exit
@@ -237,43 +220,3 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
         logger.error("the index could not be loaded: %s", failed[0])
         return 1
     return 0
-
-
-def serve_from_args(args: argparse.Namespace) -> int:
-    """`serve` with the options and settings parsed by a parser that `add_serve_arguments` built;
-    `--ray` deploys with Ray Serve (`server.ray_serve.serve_with_ray`); `--backend web` serves a web
-    search API (`web.app.serve_web`)."""
-    ray_options = build(RayOptions, args)
-    hybrid, rerank, options = build(HybridOptions, args), build(RerankOptions, args), build(ServeOptions, args)
-    if options.backend == "web":
-        if ray_options.ray or options.index:
-            raise ValueError("--backend web serves a web search API: leave out --index and --ray")
-        from verl_search.web.app import serve_web
-
-        return serve_web(options.host, options.port, options.log_level, options.drain_timeout,
-                         build(ServerSettings, args), build(WebOptions, args))
-    if options.index is None:
-        raise ValueError("--index is required (an index folder or a faiss file), unless --backend web")
-    if ray_options.ray and (rerank.reranker or options.retriever or hybrid != HybridOptions()):
-        raise ValueError("--reranker, --retriever and the fusion flags are not available with --ray; serve without --ray")
-    if ray_options.ray:
-        from verl_search.extras import require_extra
-
-        require_extra("ray")
-        from verl_search.server.ray_serve import serve_with_ray
-
-        return serve_with_ray(options, build(ServerSettings, args), ray_options)
-    return serve(options, build(ServerSettings, args), hybrid, rerank)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m verl_search.server`: parse flags, serve; returns the exit code (2 on a bad index or path)."""
-    parser = argparse.ArgumentParser(prog="python -m verl_search.server", description=__doc__.splitlines()[0])
-    add_serve_arguments(parser)
-    args = parser.parse_args(argv)
-    configure_logging()
-    return exit_code(lambda: serve_from_args(args), EXPECTED_ERRORS)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
