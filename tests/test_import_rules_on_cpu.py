@@ -108,3 +108,41 @@ def test_protocol_is_standard_library_only():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     names = {name.split(".")[0] for _, name in imports_of(PACKAGE / "protocol.py")}
     assert names <= stdlib, f"verl_search.protocol imports {sorted(names - stdlib)}"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (lazy imports included; a name is cut back to the
+    module that holds it). A package's `__init__` importing its own sub-modules is left out."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else None
+        deps = set()
+        for _, name in imports_of(path):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name not in (module, "verl_search") and not (package and name.startswith(package + ".")):
+                deps.add(name)
+        graph[module] = deps
+    return graph
+
+
+def test_no_import_circle():
+    # a circle (a imports b, b imports a, lazily or not) means neither module can be read or moved alone
+    graph = _import_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                circles.append(" -> ".join(path[path.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, path + [dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "import circles:\n" + "\n".join(circles)
