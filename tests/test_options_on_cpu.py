@@ -7,7 +7,7 @@ from dataclasses import fields
 from verl_search import cli, env
 from verl_search.eval.options import EvalOptions
 from verl_search.options import flag_name, option_fields
-from verl_search.protocol import DEFAULT_TOPK
+from verl_search.protocol.vocabulary import DEFAULT_TOPK
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.rerank import RerankOptions

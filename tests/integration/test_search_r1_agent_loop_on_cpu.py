@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from tests.conftest import MINI_QA
 from tests.verl_helpers import ScriptedLLM
-from verl_search.protocol import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
+from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
 from verl_search.configs import config_path
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch

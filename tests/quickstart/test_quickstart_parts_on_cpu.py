@@ -186,6 +186,33 @@ def test_training_and_every_evaluation_read_one_protocol(tmp_path):
     assert loops[0]["retrieval_service_url"].startswith("${oc.env:VERL_SEARCH_URL")
 
 
+@pytest.mark.parametrize("engine, rollout", [("vllm", "vllm"), ("transformers", "verl_search_cpu")])
+def test_every_evaluation_and_grpo_roll_out_on_one_engine(tmp_path, engine, rollout):
+    from verl_search.quickstart.grpo import grpo_overrides
+
+    protocol = protocol_options(QuickstartOptions(), tmp_path / "index", engine)
+    assert for_model(protocol, "m", tmp_path / "t.parquet", tmp_path / "e").engine == engine
+    overrides = grpo_overrides(protocol, model="m", train_file=tmp_path / "a", val_file=tmp_path / "b", out=tmp_path,
+                               steps=1, prompts_per_step=2, group_size=2, lr=1e-5, kl=False)
+    assert f"actor_rollout_ref.rollout.name={rollout}" in overrides
+
+
+def test_auto_engine_is_evals_choice():
+    from verl_search.eval.vllm_rollout import choose_engine
+    from verl_search.quickstart.options import resolve_engine
+
+    assert resolve_engine("auto") == choose_engine("auto") in ("vllm", "transformers")
+    assert resolve_engine("transformers") == "transformers"
+
+
+def test_the_shipped_recipe_is_the_example_recipe():
+    from verl_search.quickstart.grpo import shipped_recipe
+    from tests.conftest import REPO
+
+    assert shipped_recipe().read_bytes() == (REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" /
+                                             "config.yaml").read_bytes()
+
+
 def test_bad_options_are_refused_by_name():
     with pytest.raises(ValueError, match="--test-questions=0"):
         QuickstartOptions(test_questions=0)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from verl_search.protocol import INVALID_ACTION_MESSAGE
+from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE
 from verl_search.rewards import compute_score, extract_answer, gold_answers
 from verl_search.rewards.format import search_r1_format_ok, tool_call_format_ok
 from verl_search.rewards.qa import cover_exact_match, exact_match, f1_score, normalize_answer

@@ -163,7 +163,7 @@ def test_ppo_critic_value_loss_falls_on_its_batch(ppo_run):
 
 def expected_metrics(records: list[dict]) -> dict[str, float]:
     """The `search/*` values, computed here from the samples the agent-loop workers produced."""
-    from verl_search.protocol import parse_action
+    from verl_search.protocol.vocabulary import parse_action
 
     fields = [r["extra_fields"] for r in records]
     infos = [f["reward_extra_info"] for f in fields]

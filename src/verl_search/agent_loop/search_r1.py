@@ -23,8 +23,8 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
-from verl_search.agent_loop.protocol import cut_at_first_stop, observation_tokens
-from verl_search.protocol import (
+from verl_search.protocol.tokens import cut_at_first_stop, observation_tokens
+from verl_search.protocol.vocabulary import (
     ANSWERED,
     FAILED_SEARCHES,
     INVALID_ACTION_MESSAGE,

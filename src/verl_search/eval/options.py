@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from verl_search.protocol import DEFAULT_TOPK
+from verl_search.protocol.vocabulary import DEFAULT_TOPK
 
 
 def _help(text: str) -> dict:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from verl_search.eval.rows import row_id
-from verl_search.protocol import (
+from verl_search.protocol.vocabulary import (
     FAILED_SEARCHES,
     INVALID_ACTIONS,
     NUM_SEARCHES,

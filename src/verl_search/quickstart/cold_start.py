@@ -83,8 +83,8 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
     Raises:
         ValueError: `max_turns` is 0 (the protocol allows no search).
     """
-    from verl_search.agent_loop.protocol import observation_tokens
-    from verl_search.protocol import LAST_SEARCH_NOTICE
+    from verl_search.protocol.tokens import observation_tokens
+    from verl_search.protocol.vocabulary import LAST_SEARCH_NOTICE
     from verl_search.tools.formatting import format_results
 
     if max_turns < 1:

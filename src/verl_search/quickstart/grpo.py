@@ -24,6 +24,26 @@ from verl_search.quickstart.progress import run_logged
 logger = logging.getLogger(__name__)
 
 URL_INTERPOLATION = '${oc.env:VERL_SEARCH_URL,"http://127.0.0.1:8000/retrieve"}'
+#: the shipped GRPO recipe: package data, a link to examples/grpo_qwen2.5-3b-base_search_r1/config.yaml in a
+#: checkout (one file), copied into the wheel, so the quickstart runs from any directory
+RECIPE = "grpo_qwen2.5-3b-base_search_r1.yaml"
+
+
+def shipped_recipe() -> Path:
+    """The shipped Search-R1 GRPO recipe (`examples/grpo_qwen2.5-3b-base_search_r1/config.yaml`), as
+    installed with the package."""
+    from importlib import resources
+
+    return Path(str(resources.files("verl_search.quickstart") / RECIPE))
+
+
+def rollout_name(engine: str) -> str:
+    """`actor_rollout_ref.rollout.name` for an engine of `options.resolve_engine`: verl's `vllm`
+    (the CPU plugin's vLLM replica) or our transformers rollout (`verl_search_cpu`)."""
+    from verl_search.training import vllm_cpu
+    from verl_search.training.names import ROLLOUT_NAME
+
+    return vllm_cpu.ROLLOUT_NAME if engine == "vllm" else ROLLOUT_NAME
 
 
 def agent_loop_yaml(protocol: EvalOptions, path: Path) -> Path:
@@ -44,9 +64,11 @@ def agent_loop_yaml(protocol: EvalOptions, path: Path) -> Path:
 
 def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,
                    prompts_per_step: int, group_size: int, lr: float, kl: bool) -> list[str]:
-    """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`."""
+    """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`, rolling out on
+    `protocol.engine` (`rollout_name`)."""
     rollout = "actor_rollout_ref.rollout"
     return [
+        f"{rollout}.name={rollout_name(protocol.engine)}",
         f"actor_rollout_ref.model.path={model}", f"data.train_files={train_file}", f"data.val_files={val_file}",
         f"data.train_batch_size={prompts_per_step}", f"{rollout}.n={group_size}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts_per_step}",
@@ -79,7 +101,8 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
         RuntimeError: training or merging failed (the message names the log).
     """
     if not Path(recipe).is_file():
-        raise FileNotFoundError(f"recipe {recipe} does not exist; run from the repository root or pass --recipe PATH")
+        raise FileNotFoundError(f"recipe {recipe} does not exist; pass --recipe PATH (a recipe YAML) or leave "
+                                "--recipe out for the shipped one")
     log, metrics = out / "train.log", out / "metrics.jsonl"
     command = [sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--index", str(index), *overrides]
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "RAY_DEDUP_LOGS": "0"}

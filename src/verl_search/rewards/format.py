@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from verl_search.protocol import FORMAT_TAG_RE, INFORMATION_RE, TOOL_CALL_RE, TOOL_RESPONSE_RE
+from verl_search.protocol.vocabulary import FORMAT_TAG_RE, INFORMATION_RE, TOOL_CALL_RE, TOOL_RESPONSE_RE
 from verl_search.rewards.qa import normalize_answer
 
 _TRANSITIONS = {

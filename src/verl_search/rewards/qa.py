@@ -12,7 +12,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-from verl_search.protocol import ANSWER_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, RETRIEVED_RE
+from verl_search.protocol.vocabulary import ANSWER_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, RETRIEVED_RE
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from verl_search.protocol import FAILED_SEARCHES, NUM_SEARCHES
+from verl_search.protocol.vocabulary import FAILED_SEARCHES, NUM_SEARCHES
 from verl_search.rewards.format import retrieval_has_answer, search_r1_format_ok, tool_call_format_ok
 from verl_search.rewards.qa import (count_answers, cover_exact_match, exact_match, extract_answer, f1_score,
                                    strip_retrieved)

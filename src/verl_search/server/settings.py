@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from verl_search.protocol import DEFAULT_TOPK
+from verl_search.protocol.vocabulary import DEFAULT_TOPK
 
 
 class ServerSettings(BaseModel):

@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 
 from verl_search.env import DEFAULT_URL
-from verl_search.protocol import (
+from verl_search.protocol.vocabulary import (
     ACCESS_ERRORS,
     DEFAULT_TOPK,
     FAILED_ACCESSES,
@@ -281,7 +281,7 @@ def _detail(payload: bytes) -> str:
 def record_search(agent_data: Any, outcome: SearchOutcome) -> None:
     """Count a search in the trajectory's `extra_fields` (read by the reward and the metrics).
 
-    Keys (`verl_search.protocol`): `num_searches`, `failed_searches` (ints) and `search_errors`
+    Keys (`verl_search.protocol.vocabulary`): `num_searches`, `failed_searches` (ints) and `search_errors`
     (list of reasons). Does nothing when `agent_data` has no `extra_fields`.
     """
     _record(agent_data, outcome, NUM_SEARCHES, FAILED_SEARCHES, SEARCH_ERRORS)

@@ -13,7 +13,7 @@ tensorboard, file). `make_replay_buffer` is verl's own replay buffer (sync or as
     trainer.v1.sampler.custom_sampler.name=make_replay_buffer
 
 The shipped recipes set both. The numbers come from each trajectory's `extra_fields` (written by
-the agent loop and `SearchTool`, `verl_search.protocol`) and its `reward_extra_info` (what
+the agent loop and `SearchTool`, `verl_search.protocol.vocabulary`) and its `reward_extra_info` (what
 `verl_search.rewards.compute_score` returned), read from TransferQueue: they work with any rollout
 engine. Names, units and sources: docs/metrics.md.
 
@@ -33,7 +33,7 @@ import numpy as np
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
-from verl_search.protocol import ANSWERED, FAILED_SEARCHES, NUM_SEARCHES, TURNS, parse_action
+from verl_search.protocol.vocabulary import ANSWERED, FAILED_SEARCHES, NUM_SEARCHES, TURNS, parse_action
 
 logger = logging.getLogger(__name__)
 
