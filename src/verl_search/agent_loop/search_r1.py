@@ -32,6 +32,7 @@ from verl_search.protocol.vocabulary import (
     LAST_SEARCH_NOTICE,
     NUM_SEARCHES,
     SEARCH_FAILED_PREFIX,
+    SEARCH_TOOL,
     STOP_STRINGS,
     TURNS,
     parse_action,
@@ -129,7 +130,7 @@ class SearchR1AgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """Roll out one trajectory; see the class docstring for the protocol."""
         prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
-        create_kwargs = (kwargs.get("tools_kwargs") or {}).get("search", {}).get("create_kwargs", {}) or {}
+        create_kwargs = (kwargs.get("tools_kwargs") or {}).get(SEARCH_TOOL, {}).get("create_kwargs", {}) or {}
         topk = int(create_kwargs.get("topk") or self.client_config.topk)
         request_id = uuid4().hex
         trajectory = _Trajectory()

@@ -33,10 +33,9 @@ from typing import Literal
 
 from verl_search.data.prompts import AGENT_NAMES, TEMPLATES
 from verl_search.datasets import DEFAULT_TRAIN_EXCLUDE, normalize_question, parse_spec, question_lines
+from verl_search.protocol.vocabulary import SEARCH_TOOL
 
 logger = logging.getLogger(__name__)
-
-TOOL_NAME = "search"
 
 
 class RowError(ValueError):
@@ -86,7 +85,7 @@ def make_row(example: dict, index: int, split: str, data_source: str, protocol: 
             "question": question,
             "protocol": protocol,
             "need_tools_kwargs": protocol == "tool",
-            "tools_kwargs": {TOOL_NAME: {"create_kwargs": create_kwargs}},
+            "tools_kwargs": {SEARCH_TOOL: {"create_kwargs": create_kwargs}},
         },
         "agent_name": AGENT_NAMES[protocol],
     }

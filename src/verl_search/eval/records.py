@@ -13,11 +13,13 @@ from verl_search.protocol.vocabulary import (
     INVALID_ACTIONS,
     NUM_SEARCHES,
     SEARCH_ERRORS,
+    SEARCH_TOOL,
     TOOL_CALL_RE,
     TURNS,
     parse_action,
 )
 from verl_search.rewards import compute_score, gold_answers
+from verl_search.tools.search_tool import parse_queries
 
 
 def _turns_from_tokens(ids: list[int], mask: list[int], decode) -> list[dict]:
@@ -46,18 +48,20 @@ def _turns_from_agent_loop(recorded: list[dict]) -> list[dict]:
 
 
 def queries_of(text: str) -> list[str]:
-    """The search queries of one model turn: a `<search>` block, or the hermes tool calls' `query_list`/`query`."""
+    """The search queries of one model turn: a `<search>` block, or the queries of its hermes calls of
+    the search tool, parsed as the tool parses them (`tools.search_tool.parse_queries`; a call the
+    tool refuses searched nothing, so it adds none)."""
     action = parse_action(text)
     if action.kind == "search":
         return [action.content]
     queries = []
     for body in TOOL_CALL_RE.findall(text):
         try:
-            arguments = json.loads(body).get("arguments", {})
+            call = json.loads(body)
+            if call.get("name", SEARCH_TOOL) == SEARCH_TOOL:
+                queries += parse_queries(call.get("arguments", {}))
         except (ValueError, AttributeError):
             continue
-        found = arguments.get("query_list", arguments.get("query", [])) if isinstance(arguments, dict) else []
-        queries += [found] if isinstance(found, str) else [q for q in found if isinstance(q, str)]
     return queries
 
 

@@ -60,6 +60,10 @@ TRUNCATION_MARK = " ...(truncated)"
 SEARCH_FAILED_PREFIX = "search failed: "
 #: the observation of a page access that failed (the `access` tool): `ACCESS_FAILED_PREFIX + reason`
 ACCESS_FAILED_PREFIX = "access failed: "
+#: the search tool's function name: its tool schema (`tools.search_tool`), the key of a row's
+#: `tools_kwargs` (`data.preprocess`, read by the tag-protocol agent loop), the hermes tool calls
+#: `eval` reads the queries of (the shipped tool YAML says `name: search` too)
+SEARCH_TOOL = "search"
 
 # --- trajectory fields (verl `extra_fields`, the reward's `extra_info`) --------------------------
 NUM_SEARCHES = "num_searches"  #: int, search calls made (failed ones included)

@@ -40,7 +40,7 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from verl_search.protocol.vocabulary import SEARCH_FAILED_PREFIX
+from verl_search.protocol.vocabulary import SEARCH_FAILED_PREFIX, SEARCH_TOOL
 from verl_search.tools import client
 from verl_search.tools.client import record_search
 from verl_search.tools.formatting import format_results
@@ -53,7 +53,7 @@ TOOL_KEYS = {"type", "max_queries", "max_chars_per_passage", "max_observation_ch
 DEFAULT_SCHEMA = {
     "type": "function",
     "function": {
-        "name": "search",
+        "name": SEARCH_TOOL,
         "description": "Searches Wikipedia for passages relevant to each query and returns the top passages.",
         "parameters": {
             "type": "object",
@@ -66,10 +66,12 @@ DEFAULT_SCHEMA = {
 }
 
 
-def parse_queries(parameters: Any, max_queries: int) -> list[str]:
-    """The query strings of a tool call's arguments.
+def parse_queries(parameters: Any, max_queries: int | None = None) -> list[str]:
+    """The query strings of a search tool call's arguments, stripped (the one parser of them: the
+    tool's `execute`, and `eval.records` for the queries a trajectory asked).
 
-    Accepts `{"query_list": [str, ...]}` or `{"query": str}`; blank queries are an error.
+    Accepts `{"query_list": [str, ...]}` (or one string) or `{"query": str}`; blank queries are an
+    error, as are more than `max_queries` (None: no limit).
 
     Raises:
         ValueError: with a message the model can act on (it becomes the observation).
@@ -89,7 +91,7 @@ def parse_queries(parameters: Any, max_queries: int) -> list[str]:
     queries = [q.strip() for q in queries]
     if any(not q for q in queries):
         raise ValueError("a query is empty")
-    if len(queries) > max_queries:
+    if max_queries is not None and len(queries) > max_queries:
         raise ValueError(f"{len(queries)} queries in one call; at most {max_queries}")
     return queries
 
