@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import Response
 
 from verl_search.server.schemas import AccessRequest, AccessResponse
+from verl_search.server.service import RetrievalService, get_settings, ready_service
 from verl_search.server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ ACCESS_PATH = "/access"
 @dataclass
 class CorpusPages:
     """Where the `/access` route finds the served corpus's `PageLookup`: set by the loader once the
-    index is in memory (`server.serve`); None until then (the route answers 503)."""
+    index is in memory (`server.serve`); None until then (the route answers 503). Held by the app's
+    `RetrievalService` (`pages`)."""
 
     lookup: "PageLookup | None" = None
 
@@ -95,26 +97,30 @@ def read_pages(lookup: "PageLookup", field: str, values: list[str]) -> list:
     return [read(value) for value in values]
 
 
-def add_access_route(app: FastAPI, service, pages: CorpusPages) -> None:
-    """Add `POST /access` over `pages` to a `create_app` app.
+def get_page_lookup(service: RetrievalService = Depends(ready_service)) -> "PageLookup":
+    """The served corpus's `PageLookup` (`service.pages`, filled by the loader).
 
-    Args:
-        service: the app's `_Service` (`settings`, `status`, `error`, `draining`).
-        pages: filled by the loader; the route answers 503 until it is.
+    Raises:
+        HTTPException: 503 + `Retry-After` as `ready_service`, or while the title table is not loaded yet.
     """
+    lookup = service.pages.lookup if service.pages is not None else None
+    if lookup is None:
+        raise HTTPException(503, f"index {service.status}; retry after /health is ready", {"Retry-After": "1"})
+    return lookup
 
-    @app.post(ACCESS_PATH, response_model=AccessResponse, responses={404: {}, 422: {}, 503: {}})
-    async def access(body: AccessRequest):
-        """Passages by `ids`, or whole pages by `titles` (every passage of the title, in corpus order).
-        404 names each id or title the corpus does not hold; 422 on bad input; 503 while loading."""
-        if service.draining:
-            raise HTTPException(503, "server is draining (shutting down); retry shortly", {"Retry-After": "2"})
-        if service.status != "ready" or pages.lookup is None:
-            detail = f"index {service.status}" + (f": {service.error}" if service.error else "; retry after /health is ready")
-            raise HTTPException(503, detail, {"Retry-After": "1"})
-        values = check_access_request(body, service.settings, ("ids", "titles"))
-        found = await asyncio.to_thread(read_pages, pages.lookup, body.field, values)
-        missing = [i for i, page in enumerate(found) if page is None]
-        if missing:
-            raise not_found(body.field, values, missing, "in this corpus")
-        return encode_access_response([page_document(page) for page in found])
+
+async def access(body: AccessRequest, lookup: "PageLookup" = Depends(get_page_lookup),
+                 settings: ServerSettings = Depends(get_settings)) -> Response:
+    """Passages by `ids`, or whole pages by `titles` (every passage of the title, in corpus order).
+    404 names each id or title the corpus does not hold; 422 on bad input; 503 while loading."""
+    values = check_access_request(body, settings, ("ids", "titles"))
+    found = await asyncio.to_thread(read_pages, lookup, body.field, values)
+    missing = [i for i, page in enumerate(found) if page is None]
+    if missing:
+        raise not_found(body.field, values, missing, "in this corpus")
+    return encode_access_response([page_document(page) for page in found])
+
+
+def add_access_route(app: FastAPI) -> None:
+    """Add `POST /access` to a `create_app` app whose service holds the corpus `pages`."""
+    app.post(ACCESS_PATH, response_model=AccessResponse, responses={404: {}, 422: {}, 503: {}})(access)
