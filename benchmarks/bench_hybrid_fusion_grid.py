@@ -169,6 +169,10 @@ def main() -> None:
     table(["bm25", "dense"] + sorted(fused, key=lambda n: (-margin(n), -full[n]["all"]))[:6],
           f"## {len(fused)} fusion settings: the best by worst margin (hybrid minus the better retriever, worst source)")
     table(sorted(fused, key=lambda n: -full[n]["all"])[:6], "## the best by hit@5 on all questions")
+    print("\n## who finds a gold title in its top 5\n\n| source | both | BM25 only | dense only | neither |\n| --- | --- | --- | --- | --- |")
+    for s in PER_SOURCE:
+        b, d = hits["bm25"][source == s], hits["dense"][source == s]
+        print(f"| {s} | {int((b & d).sum())} | {int((b & ~d).sum())} | {int((~b & d).sum())} | {int((~b & ~d).sum())} |")
     documented = ["RRF k=60 dense x1, 50 cand.", "RRF k=20 dense x1, 50 cand.", "CombSUM minmax dense 0.5, 50 cand.",
                   "CombSUM minmax dense 0.3, 50 cand."]
     table([n for n in documented if n in settings], "## serve's default (RRF k=60, 50 candidates) and weighted fusion")
