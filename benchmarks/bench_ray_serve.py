@@ -24,7 +24,7 @@ from pathlib import Path
 
 from verl_search.datasets import read_questions
 from verl_search.retrieval.index_builder import BuildOptions, build_index
-from verl_search.server.runner import SubprocessServer, free_port
+from verl_search.tools.local_server import SubprocessServer, free_port
 
 
 def lua_script(questions: list[str], folder: Path) -> Path:

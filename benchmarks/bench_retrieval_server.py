@@ -66,8 +66,8 @@ import httpx
 
 from verl_search.datasets import read_questions
 from verl_search.retrieval.index_builder import BuildOptions, build_index
-from verl_search.server.runner import SubprocessServer
 from verl_search.server.settings import ServerSettings
+from verl_search.tools.local_server import SubprocessServer
 
 LEVELS = ((1, 1), (16, 1), (256, 1), (4, 64))
 FULL_BATCH = ServerSettings().max_batch_size  # the servers' default

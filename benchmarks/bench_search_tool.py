@@ -25,7 +25,7 @@ import numpy as np
 
 from verl_search.datasets import read_questions
 from verl_search.retrieval.index_builder import BuildOptions, build_index
-from verl_search.server.runner import SubprocessServer
+from verl_search.tools.local_server import SubprocessServer
 from verl_search.tools.search_tool import SearchTool
 
 

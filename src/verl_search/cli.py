@@ -10,7 +10,6 @@ errors (bad paths, mismatched index) into a one-line message and exit code 2.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import sys
 
@@ -198,12 +197,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not args.skip_check and not _recipe_checks_pass(args.recipe, train_overrides(args.overrides, args.cpu),
                                                        "not training", require_engine=not args.cpu):
         return 1
-    with contextlib.ExitStack() as stack:
-        url = args.retrieval_url
-        if args.index:
-            from verl_search.server.runner import SubprocessServer
+    from verl_search.tools.local_server import serve_for_run
 
-            url = f"{stack.enter_context(SubprocessServer(['--index', args.index])).url}/retrieve"
+    with serve_for_run(args.retrieval_url, args.index) as url:
         return run_training(args.recipe, args.overrides, cpu=args.cpu, retrieval_url=url)
 
 

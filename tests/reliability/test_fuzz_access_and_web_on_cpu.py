@@ -16,7 +16,7 @@ from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup
 from verl_search.server.access import CorpusPages
 from verl_search.server.app import create_app
-from verl_search.server.runner import ThreadServer
+from verl_search.tools.local_server import ThreadServer
 from verl_search.web.app import build_backend, create_web_app
 from verl_search.web.options import WebOptions
 

@@ -5,8 +5,8 @@ objects while holding the GIL and stall the batch worker. The real `python -m ve
 import gc
 import re
 
-from verl_search.server.runner import SubprocessServer
 from verl_search.server.serve import freeze_loaded
+from verl_search.tools.local_server import SubprocessServer
 
 
 def test_freeze_loaded_returns_the_retriever_and_freezes_what_is_alive():

@@ -20,7 +20,7 @@ import requests
 
 from tests.conftest import MINI_CORPUS
 from verl_search.retrieval.index_builder import BuildOptions, build_index
-from verl_search.server.runner import SubprocessServer
+from verl_search.tools.local_server import SubprocessServer
 
 QUERIES = ["Who directed Inception?", "Lilu mythology masculine Akkadian spirit"]
 

@@ -12,7 +12,7 @@ from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup, normalise_title
 from verl_search.server.access import CorpusPages
 from verl_search.server.app import create_app
-from verl_search.server.runner import SubprocessServer, ThreadServer
+from verl_search.tools.local_server import SubprocessServer, ThreadServer
 
 
 def corpus_rows() -> list[dict]:

@@ -7,9 +7,9 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from verl_search.server.runner import ThreadServer, free_port
 from verl_search.tools import client
 from verl_search.tools.formatting import format_passage, format_results
+from verl_search.tools.local_server import ThreadServer, free_port
 from verl_search.tools.search_tool import SearchTool, parse_queries
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from tests.server import peer_clients
 from tests.web.fake_apis import READER_KEY, SEARCH_KEY, FakeWeb
-from verl_search.server.runner import SubprocessServer, ThreadServer
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig, search
+from verl_search.tools.local_server import SubprocessServer, ThreadServer
 from verl_search.web.app import build_backend, create_web_app
 from verl_search.web.options import WebOptions
 

@@ -35,7 +35,7 @@ from ray import serve
 from verl_search.retrieval.loader import IndexSpec, resolve_index
 from verl_search.retrieval.shards import SearchShards, ShardedDenseRetriever
 from verl_search.server.app import create_app
-from verl_search.server.runner import wait_until_ready
+from verl_search.server.health import wait_until_ready
 from verl_search.server.serve import RayOptions, ServeOptions, freeze_loaded
 from verl_search.server.settings import ServerSettings
 

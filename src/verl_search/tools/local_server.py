@@ -1,22 +1,25 @@
-"""Run the retrieval service in the background: in this process (a uvicorn thread) or as a
-`python -m verl_search.server` subprocess (the command `verl-search serve` runs), and wait until
-`/health` says ready.
+"""A retrieval server on this machine for the length of a run, from the client's side: in this process
+(a uvicorn thread) or as a `python -m verl_search.server` subprocess (the command `verl-search serve`
+runs), started on a free port, waited for until `/health` says ready, stopped at the end.
 
-Used by `verl-search eval` (which serves an index folder itself for the length of a run), by the
-benchmarks and by the tests.
+`serve_for_run` is the one home of "serve this index for the run" (`verl-search train --index`,
+`verl-search eval --index`); the benchmarks and the tests use `ThreadServer` and `SubprocessServer`
+directly. Imports nothing of the server but its `/health` poll (`server.health`): a subprocess runs
+the server, or the caller hands `ThreadServer` an app.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import subprocess
 import sys
 import threading
-import time
+from collections.abc import Iterator
 
-import httpx
+from verl_search.server.health import wait_until_ready
 
 logger = logging.getLogger(__name__)
 
@@ -26,36 +29,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-def wait_until_ready(url: str, timeout: float = 600.0, is_alive=lambda: True) -> dict:
-    """Poll `GET {url}/health` every 0.2 s until it says ready; return its body.
-
-    Args:
-        url: the server's base URL, e.g. `http://127.0.0.1:8000`.
-        timeout: seconds to wait in all.
-        is_alive: returns False once the server is gone (stop waiting early).
-
-    Raises:
-        RuntimeError: if the server reports `failed` or dies.
-        TimeoutError: if it is not ready within `timeout` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=5.0) as client:
-        while time.monotonic() < deadline:
-            if not is_alive():
-                raise RuntimeError(f"the retrieval server at {url} exited before it was ready")
-            try:
-                response = client.get(f"{url}/health")
-                body = response.json()
-                if body.get("status") == "ready":
-                    return body
-                if body.get("status") == "failed":
-                    raise RuntimeError(f"the retrieval server at {url} failed to load its index: {body.get('error')}")
-            except (httpx.TransportError, ValueError):
-                pass
-            time.sleep(0.2)
-    raise TimeoutError(f"the retrieval server at {url} was not ready after {timeout:.0f} s")
 
 
 class ThreadServer:
@@ -144,3 +117,26 @@ class SubprocessServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serve_for_run(retrieval_url: str | None, index: str | None, log_path: str | None = None) -> Iterator[str | None]:
+    """The `/retrieve` URL of a run: `retrieval_url` as given, or that of a `SubprocessServer` serving
+    `index` for the length of the block (`verl-search train --index`, `verl-search eval --index`).
+
+    Args:
+        retrieval_url: a running `/retrieve` endpoint; yielded as is (None too: the caller's default).
+        index: an index folder to serve instead (`--retrieval-url` and `--index` exclude each other).
+        log_path: file for the server's output (default: discarded).
+
+    Raises:
+        ValueError: both `retrieval_url` and `index` given; as `SubprocessServer.start`.
+    """
+    if retrieval_url and index:
+        raise ValueError(f"pass --retrieval-url ({retrieval_url}) or --index ({index}), not both")
+    if not index:
+        yield retrieval_url
+        return
+    with SubprocessServer(["--index", index], log_path=log_path) as server:
+        yield f"{server.url}/retrieve"
+
