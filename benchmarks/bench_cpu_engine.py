@@ -7,6 +7,22 @@ Parts (`--parts`, default all):
   `--max-tokens` new tokens each, greedy, batched: the transformers engine (one batch), then
   vLLM offline (`vllm.LLM`) for each `--vllm-configs` entry (`fp32-eager`, `bf16-eager`,
   `fp32-compiled`, ...): start-up seconds, generation seconds, generated tokens/s.
+* `eval`: `verl-search eval` of `--eval-questions` mini-wiki:test questions (BM25 index of the
+  shipped mini-wiki corpus, Search-R1 protocol) once per `--eval-engines` entry (`vllm`,
+  `transformers`) at the same settings (`--eval-turns`, `--eval-max-tokens` per turn,
+  `--eval-obs-tokens`, `--eval-batch`, greedy): wall seconds of the whole command (start-ups
+  included), questions done, generated tokens, and the ratio to the transformers engine. A run past
+  `--eval-timeout` seconds is stopped and reported on the questions it finished (the eval appends
+  each batch to `trajectories.jsonl`).
+* `logprobs`: vLLM's sampled-token probabilities against the transformers model's (the trainer's
+  computation: one fp32 forward over the whole sequence, `log_softmax`) on the un-updated
+  SmolLM2-135M-Instruct, fp32, eager, temperature 1, verl's `logprobs_mode=processed_logprobs`:
+  turn 1 (`--prompts` prompts x 64 sampled tokens), then turn 2 (prompt + turn 1 + an observation,
+  64 more; its prefix is in vLLM's prefix cache). Each `--logprob-configs` entry in a process of its
+  own: `default` (verl's settings: batched, prefix caching on), `no-prefix-cache`, `batch1`
+  (`max_num_seqs=1`), `torch-linear` (vLLM's oneDNN GEMM replaced by `torch.nn.functional.linear`,
+  vLLM's own fallback). Prints the largest and mean |p_vllm - p_transformers| per turn (what verl's
+  `training/rollout_probs_diff_max` / `_mean` measure).
 * `grpo`: `--grpo-steps` GRPO steps of the SmolLM2 CPU recipe (the quickstart's: the GRPO Search-R1
   recipe with `quickstart.grpo.grpo_overrides`) through `verl-search train --cpu`, once with each
   rollout (`verl_search_cpu`, `vllm`); prints verl's own `timing_s/step` and `timing_s/gen` per step.
@@ -22,7 +38,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -125,6 +143,124 @@ def generate_part(args, folder: str) -> None:
               f"{r['tokens_per_s']:.1f} | {r['tokens_per_s'] / base:.2f} | {r.get('again_s', float('nan')):.1f} |")
 
 
+def eval_part(args) -> None:
+    from verl_search.data.preprocess import write_parquet
+    from verl_search.eval.rows import select_rows
+    from verl_search.retrieval.index_builder import BuildOptions, build_index
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench_cpu_engine_"))
+    index = work / "index"
+    if not (index / "manifest.json").is_file():
+        build_index("mini-wiki", index, BuildOptions(retriever="bm25", overwrite=True))
+    per_source = -(-args.eval_questions // 3)  # mini-wiki:test has 3 sources
+    rows = select_rows(["mini-wiki:test"], "search_r1", per_source, 0)[: args.eval_questions]
+    data = work / f"eval{len(rows)}.parquet"
+    write_parquet(rows, data)
+    settings = ["--max-turns", str(args.eval_turns), "--max-tokens-per-turn", str(args.eval_max_tokens),
+                "--max-obs-tokens", str(args.eval_obs_tokens), "--batch-size", str(args.eval_batch),
+                "--temperature", "0"]
+    print(f"eval: {len(rows)} mini-wiki:test questions, SmolLM2-135M-Instruct, BM25, search_r1, {' '.join(settings)}; "
+          f"{os.cpu_count()} cores; load {os.getloadavg()}")
+    results = []
+    for engine in args.eval_engines.split(","):
+        out = work / f"eval_{engine}"
+        if out.exists():
+            shutil.rmtree(out)
+        command = [sys.executable, "-m", "verl_search.cli", "eval", "--engine", engine, "--model", "smollm2",
+                   "--data", str(data), "--index", str(index), "--out", str(out), *settings]
+        started = time.perf_counter()
+        with open(work / f"eval_{engine}.log", "w") as log:
+            try:
+                code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, timeout=args.eval_timeout)
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        wall = time.perf_counter() - started
+        records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()
+                   if line.strip()] if (out / "trajectories.jsonl").is_file() else []
+        tokens = sum(r.get("generated_tokens", 0) for r in records)
+        em = sum(r.get("em", 0) for r in records) / max(1, len(records))
+        results.append({"engine": engine, "exit": code, "wall_s": wall, "questions": len(records),
+                        "s_per_question": wall / max(1, len(records)), "tokens": tokens, "em": em,
+                        "load_after": os.getloadavg()[0]})
+        print(json.dumps(results[-1]), flush=True)
+    base = next((r["s_per_question"] for r in results if r["engine"] == "transformers" and r["questions"]), None)
+    print("| engine | exit | wall s | questions | s/question | generated tokens | EM | x transformers | load after |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        ratio = f"{base / r['s_per_question']:.2f}" if base and r["questions"] else "n/a"
+        print(f"| {r['engine']} | {r['exit']} | {r['wall_s']:.0f} | {r['questions']} | {r['s_per_question']:.1f} | "
+              f"{r['tokens']} | {r['em']:.3f} | {ratio} | {r['load_after']:.1f} |")
+
+
+LOGPROB_CONFIGS = ("default", "no-prefix-cache", "batch1", "torch-linear")
+
+
+def logprob_one(folder: str, ids: list[list[int]], config: str) -> dict:
+    """Two turns through `vllm.LLM` (fp32, eager) under `config`; the sampled tokens and their probabilities."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process (for `torch-linear`)
+    from vllm import LLM, SamplingParams
+
+    from verl_search.training.vllm_cpu import cpu_rollout_env
+
+    os.environ.update(cpu_rollout_env())
+    if config == "torch-linear":
+        import vllm._custom_ops as ops
+
+        ops._supports_onednn = False  # dispatch_cpu_unquantized_gemm's fallback: F.linear
+    llm = LLM(folder, dtype="float32", enforce_eager=True, max_model_len=2048, seed=0,
+              enable_prefix_caching=config != "no-prefix-cache", max_num_seqs=1 if config == "batch1" else 16,
+              logprobs_mode="processed_logprobs")
+    params = SamplingParams(temperature=1.0, max_tokens=64, logprobs=0, seed=None)
+    observation = llm.get_tokenizer().encode("\n\n<information>Doc 1(Title: Paris) Paris is the capital of France."
+                                             "</information>\n\n", add_special_tokens=False)
+    turns = []
+    prompts = [list(p) for p in ids]
+    for _ in range(2):
+        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        turn = []
+        for prompt, output in zip(prompts, outputs):
+            sample = output.outputs[0]
+            probs = [math.exp(lp[t].logprob) for t, lp in zip(sample.token_ids, sample.logprobs)]
+            turn.append({"prompt": prompt, "tokens": list(sample.token_ids), "probs": probs})
+        turns.append(turn)
+        prompts = [t["prompt"] + t["tokens"] + observation for t in turn]
+    return {"config": config, "turns": turns}
+
+
+def logprob_part(args, folder: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    ids = prompts(AutoTokenizer.from_pretrained(folder), args.prompts)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    print(f"logprobs: {len(ids)} prompts, 2 turns x 64 sampled tokens, temperature 1, fp32; load {os.getloadavg()}")
+    print("| vLLM config | turn | tokens | max abs prob diff | mean abs prob diff | max abs log-prob diff |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for config in args.logprob_configs.split(","):
+        out = subprocess.run([sys.executable, __file__, "--one-logprob", config, "--prompts", str(args.prompts)],
+                             capture_output=True, text=True)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+        if out.returncode != 0 or not lines:
+            print(f"| {config} | failed: {out.stderr[-2000:]} | | | | |")
+            continue
+        result = json.loads(lines[-1])
+        for number, turn in enumerate(result["turns"], start=1):
+            diffs, log_diffs = [], []
+            for sample in turn:
+                sequence = sample["prompt"] + sample["tokens"]
+                with torch.no_grad():
+                    logits = model(torch.tensor([sequence])).logits[0].float()
+                start = len(sample["prompt"])
+                logp = torch.log_softmax(logits[start - 1:-1], dim=-1)
+                logp = logp.gather(1, torch.tensor(sample["tokens"]).unsqueeze(1)).squeeze(1)
+                vllm_p = torch.tensor(sample["probs"], dtype=torch.float64)
+                diffs += (logp.double().exp() - vllm_p).abs().tolist()
+                log_diffs += (logp.double() - vllm_p.log()).abs().tolist()
+            print(f"| {config} | {number} | {len(diffs)} | {max(diffs):.2e} | {sum(diffs) / len(diffs):.2e} | "
+                  f"{max(log_diffs):.2e} |", flush=True)
+
+
 def grpo_part(args, folder: str) -> None:
     from verl_search.data.preprocess import Source, build_rows, write_parquet
     from verl_search.eval.options import EvalOptions
@@ -175,10 +311,19 @@ def grpo_part(args, folder: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="generate,grpo")
+    parser.add_argument("--parts", default="generate,eval,logprobs,grpo")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--vllm-configs", default="fp32-eager,bf16-eager,fp32-compiled")
+    parser.add_argument("--eval-questions", type=int, default=100)
+    parser.add_argument("--eval-engines", default="vllm,transformers")
+    parser.add_argument("--eval-turns", type=int, default=4)
+    parser.add_argument("--eval-max-tokens", type=int, default=128)
+    parser.add_argument("--eval-obs-tokens", type=int, default=500)
+    parser.add_argument("--eval-batch", type=int, default=16)
+    parser.add_argument("--eval-timeout", type=float, default=None, help="seconds per eval run (default: none)")
+    parser.add_argument("--logprob-configs", default=",".join(LOGPROB_CONFIGS))
+    parser.add_argument("--one-logprob", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--grpo-steps", type=int, default=2)
     parser.add_argument("--prompts-per-step", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
@@ -193,9 +338,16 @@ def main() -> None:
     if args.one_vllm:
         print(json.dumps(bench_vllm(folder, prompts(tokenizer, args.prompts), args.max_tokens, args.one_vllm)))
         return
+    if args.one_logprob:
+        print(json.dumps(logprob_one(folder, prompts(tokenizer, args.prompts), args.one_logprob)))
+        return
     parts = args.parts.split(",")
     if "generate" in parts:
         generate_part(args, folder)
+    if "eval" in parts:
+        eval_part(args)
+    if "logprobs" in parts:
+        logprob_part(args, folder)
     if "grpo" in parts:
         grpo_part(args, folder)
 
