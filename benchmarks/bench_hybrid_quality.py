@@ -24,7 +24,7 @@ from verl_search.eval.retrieval_quality import gold_title_recall, load_qa_with_t
 from verl_search.retrieval.hybrid import HybridOptions, HybridRetriever
 from verl_search.retrieval.loader import resolve_index
 
-from bench_retrieval_server import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
+from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
 
 SOURCES = ("hotpotqa", "musique", "2wiki", "all")
 

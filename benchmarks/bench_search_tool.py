@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from verl_search.datasets import read_questions
-from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.tools.local_server import SubprocessServer
 from verl_search.tools.search_tool import SearchTool
+
+from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
 
 
 async def one_call(tool: SearchTool, query: str) -> dict:
@@ -61,15 +60,11 @@ async def run(url: str, questions: list[str], concurrency: int, rounds: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default="mini-wiki", help="JSONL corpus, or a shipped one by name")
-    parser.add_argument("--qa", default="mini-wiki", help="questions: JSONL file or DATASET[:SPLIT]")
-    parser.add_argument("--index-root", default=os.environ.get("VERL_SEARCH_TEST_CACHE", tempfile.gettempdir()))
+    add_data_arguments(parser)
     parser.add_argument("--concurrency", default="1,16,256", help="concurrent calls, comma-separated levels")
     parser.add_argument("--calls", type=int, default=2560, help="calls per level (at least one round)")
     args = parser.parse_args()
-    index_dir = Path(args.index_root) / "mini_bm25"
-    if not (index_dir / "manifest.json").is_file():
-        build_index(args.corpus, index_dir, BuildOptions(retriever="bm25", overwrite=True))
+    index_dir = index_folder(Path(args.index_root), "bm25", args.corpus, None)
     questions = [row["question"] for row in read_questions(args.qa)]
     with SubprocessServer(["--index", str(index_dir)]) as server:
         for concurrency in (int(c) for c in args.concurrency.split(",")):
