@@ -97,7 +97,7 @@ def read_pages(lookup: "PageLookup", field: str, values: list[str]) -> list:
     return [read(value) for value in values]
 
 
-def get_page_lookup(service: RetrievalService = Depends(ready_service)) -> "PageLookup":
+async def get_page_lookup(service: RetrievalService = Depends(ready_service)) -> "PageLookup":
     """The served corpus's `PageLookup` (`service.pages`, filled by the loader).
 
     Raises:

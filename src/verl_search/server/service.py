@@ -4,7 +4,8 @@
 its `batcher` once loaded, the corpus `pages` for `/access`, and the counters `/health` reports.
 Routes never read it directly: they declare `Depends(ready_batcher)`, `Depends(get_cache)`, ... (the
 functions below), so a test swaps any of them with `app.dependency_overrides` (FastAPI docs,
-"Testing Dependencies with Overrides").
+"Testing Dependencies with Overrides"). The dependencies are `async def` on purpose: FastAPI runs a
+plain `def` dependency in its thread pool, a thread hop per dependency per request.
 """
 
 from __future__ import annotations
@@ -102,12 +103,12 @@ class RetrievalService:
         return fields
 
 
-def get_service(request: Request) -> RetrievalService:
+async def get_service(request: Request) -> RetrievalService:
     """The app's `RetrievalService` (`app.state.service`), in any state."""
     return request.app.state.service
 
 
-def ready_service(service: RetrievalService = Depends(get_service)) -> RetrievalService:
+async def ready_service(service: RetrievalService = Depends(get_service)) -> RetrievalService:
     """The service, once it can answer.
 
     Raises:
@@ -123,17 +124,17 @@ def ready_service(service: RetrievalService = Depends(get_service)) -> Retrieval
     return service
 
 
-def ready_batcher(service: RetrievalService = Depends(ready_service)) -> MicroBatcher:
+async def ready_batcher(service: RetrievalService = Depends(ready_service)) -> MicroBatcher:
     """The loaded retriever's micro-batcher (503 as `ready_service`)."""
     return service.batcher
 
 
-def get_cache(service: RetrievalService = Depends(get_service)) -> QueryCache:
+async def get_cache(service: RetrievalService = Depends(get_service)) -> QueryCache:
     """The app's query cache (disabled: every lookup misses, nothing is stored)."""
     return service.cache
 
 
-def get_settings(service: RetrievalService = Depends(get_service)) -> ServerSettings:
+async def get_settings(service: RetrievalService = Depends(get_service)) -> ServerSettings:
     """The app's limits and batching."""
     return service.settings
 
