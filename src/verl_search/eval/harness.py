@@ -101,7 +101,7 @@ def _run_on_vllm(options: EvalOptions, rows: list[dict], pending: list[int], dat
     from verl_search.eval.batch import load_dataset
     from verl_search.eval.verl_config import compose_verl_config
     from verl_search.eval.vllm_rollout import cpu_ray, start_client, with_vllm
-    from verl_search.rollout.models import model_folder
+    from verl_search.generation.models import model_folder
 
     hf_folder = model_folder(options.model, options.gguf_file)
     tokenizer = AutoTokenizer.from_pretrained(hf_folder)

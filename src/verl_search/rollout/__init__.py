@@ -1,1 +1,0 @@
-"""Rollouts through verl's own agent loop on any engine: verl config composition, LLM clients, batches."""
