@@ -7,9 +7,8 @@ thread, the cycling Lua script of `bench_retrieval_server.py`) drives it with si
 requests of the real questions. Printed per level: requests/s and the server's CPU milliseconds
 per request (this process's CPU time over the level; the uvicorn thread and the batcher thread).
 
-On a small machine that CPU is taken from the encoder: at 256 single-query clients the event
-loop used 0.16 of a core for about 210 requests/s before `POST /retrieve` bypassed FastAPI's
-routing (0.07 for 255 after; `bench_retrieval_server.py`), and the encoder's threads wait for it. Compare two versions of the server in one shell, alternating:
+On a small machine that CPU is taken from the encoder's threads (docs/benchmarks/http-overhead.md).
+Compare two versions of the server in one shell, alternating:
 
     for i in 1 2 3; do for src in /path/to/old/src src; do
         PYTHONPATH=$src python benchmarks/bench_http_overhead.py --seconds 5; done; done
