@@ -17,8 +17,9 @@ HERE = Path(__file__).parent
 VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "src" / "verl_search" / "__init__.py").read_text(), re.M).group(1)
 # Ray Serve, declared once: the [ray] extra (`serve --ray`) and [test] (CI runs the Ray tests)
 RAY_SERVE = "ray[serve]>=2.60"
-# the one verl release we support is declared in src/verl_search/verl_compat.py (its start-up guard checks it)
-VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"', (HERE / "src" / "verl_search" / "verl_compat.py").read_text(), re.M).group(1)
+# the one verl release we support is declared in src/verl_search/verl_config/version.py (its start-up guard checks it)
+VERL = re.search(r'^SUPPORTED_VERL_VERSION = "([^"]+)"',
+                 (HERE / "src" / "verl_search" / "verl_config" / "version.py").read_text(), re.M).group(1)
 #: sentence-transformers from the release with `SentenceTransformer.preprocess` (the encoder's workers use it)
 SENTENCE_TRANSFORMERS = "sentence-transformers>=6"
 #: the dense retriever's packages, shared by the extras that build on it

@@ -9,7 +9,9 @@ functions included.
 * web -> tools, agent_loop, eval, verl (the web backend is the same service over web APIs);
 * tools, agent_loop -> retrieval (they talk to the service over HTTP only);
 * generation -> retrieval, server, tools, agent_loop, eval, training, quickstart, web (an engine knows
-  tokens, not who asks for them).
+  tokens, not who asks for them);
+* verl_config -> retrieval, server, web, eval, quickstart, generation (composing and checking verl's
+  config needs none of them; they import it).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ FORBIDDEN = {
     "agent_loop": ("verl_search.retrieval",),
     "generation": ("verl_search.retrieval", "verl_search.server", "verl_search.tools", "verl_search.agent_loop",
                    "verl_search.eval", "verl_search.training", "verl_search.quickstart", "verl_search.web"),
+    "verl_config": ("verl_search.retrieval", "verl_search.server", "verl_search.web", "verl_search.eval",
+                    "verl_search.quickstart", "verl_search.generation"),
 }
 #: what an area may import even though a prefix above forbids it
 ALLOWED = {

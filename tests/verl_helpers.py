@@ -13,7 +13,7 @@ from collections.abc import Callable
 from verl.workers.rollout.replica import TokenOutput
 
 from tests.conftest import QWEN_TOKENIZER  # noqa: F401  (re-exported for tests)
-from verl_search.eval.verl_config import compose_verl_config
+from verl_search.verl_config.compose import compose_verl_config
 
 
 class ScriptedLLM:
@@ -40,7 +40,7 @@ class ScriptedLLM:
 
 def tool_agent_config(model_dir, data_file, *extra: str):
     """verl's trainer config for the tool-call protocol with our SearchTool and reward."""
-    from verl_search.configs import config_path
+    from verl_search.verl_config.shipped import config_path
 
     return compose_verl_config([
         f"actor_rollout_ref.model.path={model_dir}",

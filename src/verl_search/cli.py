@@ -16,14 +16,14 @@ import sys
 from verl_search import __version__
 from verl_search.exits import EXPECTED_ERRORS, configure_logging, exit_code
 from verl_search.extras import require_extra
-from verl_search.verl_compat import UnsupportedVerlVersion, check_verl_version
+from verl_search.verl_config.version import UnsupportedVerlVersion, check_verl_version
 
 logger = logging.getLogger("verl_search")
 
 #: sub-commands that need an extra: checked before the command imports anything of it
 NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl", "preprocess": "verl",
                "quickstart": "verl"}
-#: sub-commands that drive verl: they stop on another verl version (verl_search.verl_compat)
+#: sub-commands that drive verl: they stop on another verl version (verl_search.verl_config.version)
 NEEDS_VERL = {"eval", "check-config", "train", "quickstart"}
 
 
@@ -168,7 +168,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _recipe_checks_pass(recipe: str, overrides: list[str], then: str, require_engine: bool = False) -> bool:
     """Run check-config; log each problem and a summary naming what happens `then`."""
-    from verl_search.check_config import check_config
+    from verl_search.verl_config.check import check_config
 
     problems = check_config(recipe, overrides, require_engine=require_engine)
     for problem in problems:
@@ -230,7 +230,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_config_path(args: argparse.Namespace) -> int:
-    from verl_search.configs import config_path
+    from verl_search.verl_config.shipped import config_path
 
     print(config_path(args.name))  # the command's output, for $(...) in launch scripts
     return 0

@@ -4,7 +4,7 @@
 | --- | --- | --- | --- |
 | `VERL_SEARCH_URL` | `url` | `http://127.0.0.1:8000/retrieve` | the shipped tool and agent-loop YAMLs (`${oc.env:...}`, resolved by verl in each worker); `DEFAULT_URL` is also `SearchClientConfig`'s default |
 | `VERL_SEARCH_CACHE` | `cache_dir` | `~/.cache/verl_search` | the corpus offset-table cache (Search-R1 layout) |
-| `VERL_SEARCH_SKIP_VERL_VERSION_CHECK` | `skip_verl_version_check` | off (`1` = on) | `verl_compat.check_verl_version` |
+| `VERL_SEARCH_SKIP_VERL_VERSION_CHECK` | `skip_verl_version_check` | off (`1` = on) | `verl_config.version.check_verl_version` |
 | `VERL_SEARCH_TOOL_CONFIG` | `tool_config` | the shipped tool YAML | the GRPO recipe's `tool_config_path`; check-config |
 | `VERL_SEARCH_AGENT_LOOPS` | `agent_loops` | the shipped agent-loop YAML | the PPO recipe's `agent_loop_config_path`; check-config |
 | `VERL_SEARCH_CPU_THREADS` | `cpu_threads` | every core | torch threads of each process of a `verl-search train --cpu` run (`training/cpu_plugin.py`) |

@@ -15,10 +15,10 @@ from transformers import AutoTokenizer
 
 from tests.conftest import MINI_QA
 from tests.verl_helpers import ScriptedLLM
-from verl_search.configs import config_path
+from verl_search.verl_config.shipped import config_path
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
-from verl_search.eval.verl_config import compose_verl_config
+from verl_search.verl_config.compose import compose_verl_config
 from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
 from verl_search.tools.formatting import format_results
 from verl_search.tools.local_server import free_port

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from verl_search import cli, verl_compat
+from verl_search import cli
+from verl_search.verl_config import version
 from verl_search.extras import MissingExtraError, install_line, require_extra
 
 RECIPE = REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml"
@@ -58,29 +59,29 @@ def test_require_extra_names_the_install_line(monkeypatch):
 
 
 def test_supported_version_passes_and_another_names_both(monkeypatch):
-    verl_compat.check_verl_version(verl_compat.SUPPORTED_VERL_VERSION)
-    with pytest.raises(verl_compat.UnsupportedVerlVersion) as raised:
-        verl_compat.check_verl_version("0.10.0.dev0")
+    version.check_verl_version(version.SUPPORTED_VERL_VERSION)
+    with pytest.raises(version.UnsupportedVerlVersion) as raised:
+        version.check_verl_version("0.10.0.dev0")
     assert "verl 0.10.0.dev0 is installed" in str(raised.value)
-    assert f"supports verl {verl_compat.SUPPORTED_VERL_VERSION} only" in str(raised.value)
-    monkeypatch.setenv(verl_compat.SKIP_CHECK_ENV, "1")
-    verl_compat.check_verl_version("0.10.0.dev0")
+    assert f"supports verl {version.SUPPORTED_VERL_VERSION} only" in str(raised.value)
+    monkeypatch.setenv(version.SKIP_CHECK_ENV, "1")
+    version.check_verl_version("0.10.0.dev0")
 
 
 def test_installed_verl_is_the_supported_one():
-    assert verl_compat.installed_verl_version() == verl_compat.SUPPORTED_VERL_VERSION
+    assert version.installed_verl_version() == version.SUPPORTED_VERL_VERSION
 
 
 @pytest.fixture
 def other_verl(monkeypatch):
-    monkeypatch.delenv(verl_compat.SKIP_CHECK_ENV, raising=False)
-    monkeypatch.setattr(verl_compat, "installed_verl_version", lambda: "0.10.0")
+    monkeypatch.delenv(version.SKIP_CHECK_ENV, raising=False)
+    monkeypatch.setattr(version, "installed_verl_version", lambda: "0.10.0")
 
 
 def test_check_config_stops_on_another_verl(other_verl, caplog):
     with caplog.at_level(logging.ERROR, logger="verl_search"):
         assert cli.main(["check-config", str(RECIPE)]) == 2
-    assert "verl 0.10.0 is installed" in caplog.text and verl_compat.SUPPORTED_VERL_VERSION in caplog.text
+    assert "verl 0.10.0 is installed" in caplog.text and version.SUPPORTED_VERL_VERSION in caplog.text
 
 
 def test_eval_stops_on_another_verl(other_verl, caplog, tmp_path):
@@ -94,10 +95,10 @@ def test_agent_loop_and_tool_construction_stop_on_another_verl(other_verl):
     from verl_search.agent_loop.search_r1 import SearchR1AgentLoop
     from verl_search.tools.search_tool import SearchTool
 
-    with pytest.raises(verl_compat.UnsupportedVerlVersion, match="verl 0.10.0 is installed"):
+    with pytest.raises(version.UnsupportedVerlVersion, match="verl 0.10.0 is installed"):
         SearchR1AgentLoop(trainer_config=None, server_manager=None, tokenizer=None, processor=None,
                           dataset_cls=None, data_config=None, a_keyword_a_newer_verl_passes=1)
-    with pytest.raises(verl_compat.UnsupportedVerlVersion):
+    with pytest.raises(version.UnsupportedVerlVersion):
         SearchTool({"retrieval_service_url": "http://127.0.0.1:1/retrieve"})
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO
 from verl_search.extras import EXTRAS
-from verl_search.verl_compat import SUPPORTED_VERL_VERSION
+from verl_search.verl_config.version import SUPPORTED_VERL_VERSION
 
 CHECKER = REPO / ".ci" / "check_install_report.py"
 REPORT = REPO / "tests" / "packaging" / "data" / "pip_report_vllm.json"

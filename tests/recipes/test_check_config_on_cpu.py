@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import MINI_QA, REPO
-from verl_search.check_config import check_config
+from verl_search.verl_config.check import check_config
 from verl_search.data.preprocess import Source, build_rows, write_parquet
 from verl_search.extras import install_line
 
@@ -46,9 +46,9 @@ def test_every_shipped_recipe_passes(recipe, tiny_qwen, parquet):
 
 
 def test_megatron_recipe_composes_with_megatron_everywhere(tiny_qwen, parquet):
-    from verl_search.check_config import ENV_DEFAULTS, _environ_defaults
-    from verl_search.configs import config_path
-    from verl_search.eval.verl_config import compose_verl_config
+    from verl_search.verl_config.check import ENV_DEFAULTS, _environ_defaults
+    from verl_search.verl_config.shipped import config_path
+    from verl_search.verl_config.compose import compose_verl_config
 
     recipe = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1_megatron" / "config.yaml"
     with _environ_defaults({variable: config_path(name) for variable, name in ENV_DEFAULTS.items()}):
@@ -64,7 +64,7 @@ def test_megatron_missing_is_named(tiny_qwen, parquet, caplog):
     # Megatron-LM is never installed on a CPU machine: the real "missing" path
     recipe = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1_megatron" / "config.yaml"
     assert importlib.util.find_spec("megatron") is None
-    with caplog.at_level(logging.WARNING, logger="verl_search.check_config"):
+    with caplog.at_level(logging.WARNING, logger="verl_search.verl_config.check"):
         assert check_config(recipe, stand_ins(tiny_qwen, parquet["search_r1"])) == []
     assert "strategy megatron" in caplog.text and install_line("megatron") in caplog.text
     problems = check_config(recipe, stand_ins(tiny_qwen, parquet["search_r1"]) +
@@ -134,14 +134,14 @@ def test_download_fails_fast_without_the_hub(tmp_path):
 # tests below run the installed branch's failure with verl's own registry.
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_rollout_engine_is_imported_or_its_extra_named(engine, tiny_qwen, parquet, caplog):
-    from verl_search.check_config import ROLLOUT_ENGINES
+    from verl_search.verl_config.check import ROLLOUT_ENGINES
 
     package, extra = ROLLOUT_ENGINES[engine]
     overrides = stand_ins(tiny_qwen, parquet["tool"]) + [f"actor_rollout_ref.rollout.name={engine}"]
     if importlib.util.find_spec(package) is not None:
         assert check_config(TOOL_RECIPE, overrides, require_engine=True) == []
         return
-    with caplog.at_level(logging.WARNING, logger="verl_search.check_config"):
+    with caplog.at_level(logging.WARNING, logger="verl_search.verl_config.check"):
         assert check_config(TOOL_RECIPE, overrides) == []  # check-config on a machine without the engine: a warning
     assert install_line(extra) in caplog.text
     problems = check_config(TOOL_RECIPE, overrides, require_engine=True)  # train on GPUs: a problem
@@ -152,7 +152,7 @@ def test_rollout_engine_is_imported_or_its_extra_named(engine, tiny_qwen, parque
 def test_installed_engine_imports_verls_replica(registered, expected, tiny_qwen, parquet, monkeypatch):
     from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
 
-    from verl_search import check_config as module
+    from verl_search.verl_config import check as module
 
     # an engine whose package is installed (transformers stands in for vllm's): verl's replica class must load
     monkeypatch.setitem(module.ROLLOUT_ENGINES, "fake_engine", ("transformers", "vllm"))
@@ -169,7 +169,7 @@ def test_installed_engine_imports_verls_replica(registered, expected, tiny_qwen,
 def test_an_installed_engine_whose_verl_module_fails_is_a_problem(tiny_qwen, parquet, monkeypatch):
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from verl_search import check_config as module
+    from verl_search.verl_config import check as module
 
     # verl's loader for the engine imports a module the installed engine lacks (a version verl does not support)
     monkeypatch.setitem(module.ROLLOUT_ENGINES, "fake_engine", ("transformers", "sglang"))

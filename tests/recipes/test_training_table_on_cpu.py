@@ -9,9 +9,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO
-from verl_search.check_config import ENV_DEFAULTS, _environ_defaults
-from verl_search.configs import config_path
-from verl_search.eval.verl_config import compose_verl_config
+from verl_search.verl_config.check import ENV_DEFAULTS, _environ_defaults
+from verl_search.verl_config.shipped import config_path
+from verl_search.verl_config.compose import compose_verl_config
 
 DOC = REPO / "docs" / "training.md"
 RECIPES = {

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from verl_search.check_config import VERL_PRIVATE_NAMES, verl_private
+from verl_search.verl_config.check import VERL_PRIVATE_NAMES, verl_private
 
 
 @pytest.mark.parametrize("module, path, what", VERL_PRIVATE_NAMES)
@@ -17,5 +17,5 @@ def test_verl_still_has_the_private_registries_check_config_reads(module, path, 
 
 def test_a_renamed_registry_fails_with_its_name(monkeypatch):
     monkeypatch.setitem(sys.modules, "fake_verl_module", types.ModuleType("fake_verl_module"))
-    with pytest.raises(RuntimeError, match=r"fake_verl_module\._registry .*update verl_search.check_config"):
+    with pytest.raises(RuntimeError, match=r"fake_verl_module\._registry .*update verl_search.verl_config.check"):
         verl_private("fake_verl_module", "_registry", "a registry")

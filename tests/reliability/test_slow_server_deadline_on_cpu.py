@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from tests.conftest import MINI_QA
 from tests.reliability.wrappers import RecordingRetriever
 from tests.verl_helpers import ScriptedLLM
-from verl_search.configs import config_path
+from verl_search.verl_config.shipped import config_path
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.server.app import create_app
 from verl_search.tools.local_server import ThreadServer
@@ -76,7 +76,7 @@ def test_agent_loop_goes_on_after_slow_searches(slow, tiny_qwen, tmp_path, monke
     from verl.experimental.agent_loop import AgentLoopWorker
 
     from verl_search.eval.batch import load_dataset, make_batch
-    from verl_search.eval.verl_config import compose_verl_config
+    from verl_search.verl_config.compose import compose_verl_config
 
     server, recorder = slow
     entries = yaml.safe_load(open(config_path("agent-loop")))

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import MINI_CORPUS
-from verl_search.configs import config_path
+from verl_search.verl_config.shipped import config_path
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup
 from verl_search.server.access import CorpusPages

@@ -54,7 +54,7 @@ def fitted_model(tiny_qwen, folder: Path, protocol: str, count: int) -> tuple[Pa
 
     The fit is seeded; with `VERL_SEARCH_TEST_CACHE` set, a fitted model is kept there and reused.
     """
-    from verl_search.configs import config_path
+    from verl_search.verl_config.shipped import config_path
     from verl_search.data.preprocess import Source, build_rows, write_parquet
 
     source = rows(build_rows([Source.parse(str(MINI_QA))], "train", protocol, max_per_source=2, seed=0), 4)

@@ -56,7 +56,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def searching_models(tiny_qwen, data, tmp_path_factory):
-    from verl_search.configs import config_path
+    from verl_search.verl_config.shipped import config_path
 
     schema = yaml.safe_load(Path(config_path("tool")).read_text())["tools"][0]["tool_schema"]
     folder = tmp_path_factory.mktemp("searching")

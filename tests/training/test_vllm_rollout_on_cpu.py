@@ -69,7 +69,7 @@ def test_cpu_settings_default_and_user_values_win():
 @pytest.fixture(scope="module", params=["grpo_tool"])  # the tag protocol under vLLM: tests/eval/test_eval_vllm_on_cpu.py
 def run(request, tiny_qwen_hd64, data, bm25_server, tmp_path_factory):  # noqa: F811
     """Two steps of `verl-search train RECIPE --cpu` with rollout.name=vllm; wall time printed."""
-    from verl_search.configs import config_path
+    from verl_search.verl_config.shipped import config_path
     from tests.training.searching_model import make_searching_model
 
     recipe, protocol = RECIPES[request.param]

@@ -40,7 +40,7 @@ from verl_search.protocol.vocabulary import (
 from verl_search.tools import client
 from verl_search.tools.client import record_search
 from verl_search.tools.formatting import format_results
-from verl_search.verl_compat import check_verl_version
+from verl_search.verl_config.version import check_verl_version
 
 logger = logging.getLogger(__name__)
 

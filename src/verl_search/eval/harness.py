@@ -32,7 +32,7 @@ from verl_search.eval.records import read_trajectories, repair_trajectories
 from verl_search.eval.report import write_report
 from verl_search.eval.rows import row_id, select_rows
 from verl_search.eval.verl_run import make_engine, retrieval_service, rollout, verl_overrides, verl_warnings_once
-from verl_search.verl_compat import check_verl_version
+from verl_search.verl_config.version import check_verl_version
 
 __all__ = ["EvalOptions", "run_eval"]
 
@@ -62,7 +62,7 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
         options = replace(options, engine=choose_engine(options.engine))
 
     from verl_search.eval.batch import load_dataset
-    from verl_search.eval.verl_config import compose_verl_config
+    from verl_search.verl_config.compose import compose_verl_config
 
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,7 @@ def _run_on_vllm(options: EvalOptions, rows: list[dict], pending: list[int], dat
     from verl.experimental.agent_loop import AgentLoopWorker
 
     from verl_search.eval.batch import load_dataset
-    from verl_search.eval.verl_config import compose_verl_config
+    from verl_search.verl_config.compose import compose_verl_config
     from verl_search.eval.vllm_rollout import cpu_ray, start_client, with_vllm
     from verl_search.generation.models import model_folder
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
-from verl_search.configs import config_path
+from verl_search.verl_config.shipped import config_path
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.records import trajectory_record
 

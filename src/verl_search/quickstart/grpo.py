@@ -49,7 +49,7 @@ def rollout_name(engine: str) -> str:
 def agent_loop_yaml(protocol: EvalOptions, path: Path) -> Path:
     """A copy of the shipped agent-loop YAML with `protocol`'s turns, top-k and token limits (the
     URL stays `$VERL_SEARCH_URL`, which `verl-search train --index` sets)."""
-    from verl_search.configs import config_path
+    from verl_search.verl_config.shipped import config_path
 
     entries = yaml.safe_load(Path(config_path("agent-loop")).read_text())
     for entry in entries:

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl.trainer.sft_trainer import SFTTrainer
     from verl.utils.device import auto_set_device
 
-    from verl_search.eval.verl_config import verl_config_dir
+    from verl_search.verl_config.compose import verl_config_dir
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):

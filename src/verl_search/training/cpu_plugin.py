@@ -18,7 +18,7 @@ It registers, in order:
 7. torch's thread count: every core (`VERL_SEARCH_CPU_THREADS` overrides), since Ray starts
    workers with `OMP_NUM_THREADS=1`, which would leave the trainer on one core.
 
-It refuses (`UnsupportedVerlVersion`) any verl other than the supported version (`verl_search.verl_compat`).
+It refuses (`UnsupportedVerlVersion`) any verl other than the supported version (`verl_search.verl_config.version`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _load_replica():
 def register() -> None:
     """Register the CPU platform, engines, rollout and patches (once per process).
 
-    Raises `verl_search.verl_compat.UnsupportedVerlVersion` on another verl version and
+    Raises `verl_search.verl_config.version.UnsupportedVerlVersion` on another verl version and
     `verl_search.training.verl_patches.VerlChangedError` if patched code changed.
     """
     global _registered
@@ -50,7 +50,7 @@ def register() -> None:
     import torch
 
     from verl_search.env import read_env
-    from verl_search.verl_compat import check_verl_version
+    from verl_search.verl_config.version import check_verl_version
 
     check_verl_version()
 

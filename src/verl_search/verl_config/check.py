@@ -38,9 +38,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from verl_search import env
-from verl_search.configs import config_path
+from verl_search.verl_config.shipped import config_path
 from verl_search.extras import install_line
-from verl_search.verl_compat import SUPPORTED_VERL_VERSION, check_verl_version
+from verl_search.verl_config.version import SUPPORTED_VERL_VERSION, check_verl_version
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +61,9 @@ def check_config(recipe: str | os.PathLike | None, overrides: list[str] | None =
     Megatron-LM) that is not installed is a problem (default: a logged warning naming its extra).
 
     Raises:
-        verl_search.verl_compat.UnsupportedVerlVersion: the installed verl is not the supported one.
+        verl_search.verl_config.version.UnsupportedVerlVersion: the installed verl is not the supported one.
     """
-    from verl_search.eval.verl_config import compose_verl_config
+    from verl_search.verl_config.compose import compose_verl_config
 
     check_verl_version()
     try:
@@ -186,7 +186,7 @@ def verl_private(module: str, path: str, what: str = "") -> dict:
         value = None
     if not isinstance(value, dict):
         raise RuntimeError(f"verl's private {module}.{path} ({what}) is gone or no longer a dict; check-config "
-                           f"reads it as in verl {SUPPORTED_VERL_VERSION}: update verl_search.check_config")
+                           f"reads it as in verl {SUPPORTED_VERL_VERSION}: update verl_search.verl_config.check")
     return value
 
 
