@@ -17,6 +17,12 @@ Two fusions:
 * `weighted_score_fusion`: each ranking's scores are min-max normalised to [0, 1] per query and
   summed with weights (`dense_weight` for the dense one, `1 - dense_weight` for BM25).
 
+RRF with k = 60 is the default because it needs no score calibration. It is not the best choice for
+every corpus: on the mini corpus, where BM25 is far ahead of MiniLM on two of three sources, none of
+220 fusion settings (RRF k, weighted RRF, min-max or z-score CombSUM / CombMNZ, 5 to 100
+candidates) reaches BM25 on every source (`benchmarks/bench_hybrid_fusion_grid.py`,
+docs/benchmarks/hybrid.md).
+
 No kept library does this for a server's hot path: `ranx` (fusion and evaluation of runs) pulls
 numba, pandas, seaborn, fastparquet and ir-datasets into the retrieval service's install and
 builds per-query dictionaries of strings; the two functions here are a few lines each and pinned
