@@ -4,14 +4,22 @@ functions included.
 
 * rewards -> anything of ours but `verl_search.protocol` (pure functions, cheap to import);
 * `verl_search.protocol` -> anything of ours outside it, anything outside the standard library (the leaf);
-* retrieval -> server, tools, agent_loop, eval, web;
-* server -> tools, agent_loop, eval, verl (the retrieval service runs in an install without verl);
-* web -> tools, agent_loop, eval, verl (the web backend is the same service over web APIs);
+* runtime -> anything of ours outside it, verl (flags, `VERL_SEARCH_*`, extras, exit codes: every room
+  imports it, the retrieval service included);
+* retrieval -> server, tools, agent_loop, eval, web, generation, training, quickstart, verl_config, verl,
+  and the HTTP libraries (retrievers know no HTTP and no verl);
+* server, web -> tools, agent_loop, eval, generation, training, quickstart, verl_config, verl (the retrieval
+  service runs in an install without verl; web is the same service over web APIs);
 * tools, agent_loop -> retrieval (they talk to the service over HTTP only);
 * generation -> retrieval, server, tools, agent_loop, eval, training, quickstart, web (an engine knows
   tokens, not who asks for them);
 * verl_config -> retrieval, server, web, eval, quickstart, generation (composing and checking verl's
-  config needs none of them; they import it).
+  config needs none of them; they import it);
+* data -> server, web, tools, agent_loop, eval, generation, training, quickstart (preprocessing and
+  downloads know nothing of what runs on their output).
+
+Beyond the direct imports, the retrieval service's whole import graph (server, web, retrieval and
+everything of ours they reach, lazily or not) never reaches verl.
 """
 
 from __future__ import annotations
@@ -26,24 +34,32 @@ import verl_search
 PACKAGE = Path(verl_search.__file__).parent
 
 #: (package area, forbidden import prefixes); an area is a sub-package or a module of verl_search
+#: the HTTP libraries (a retriever knows none of them)
+HTTP = ("fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "requests")
+#: the rooms of the verl side (the retrieval service never imports them)
+VERL_SIDE = ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl_search.generation",
+             "verl_search.training", "verl_search.quickstart", "verl_search.verl_config", "verl")
 FORBIDDEN = {
     "rewards": ("verl_search.",),
     "protocol": ("verl_search.",),
-    "retrieval": ("verl_search.server", "verl_search.tools", "verl_search.agent_loop", "verl_search.eval",
-                  "verl_search.web"),
-    "server": ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl"),
-    "web": ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl"),
+    "runtime": ("verl_search.", "verl"),
+    "retrieval": ("verl_search.server", "verl_search.web", *VERL_SIDE, *HTTP),
+    "server": VERL_SIDE,
+    "web": VERL_SIDE,
     "tools": ("verl_search.retrieval",),
     "agent_loop": ("verl_search.retrieval",),
     "generation": ("verl_search.retrieval", "verl_search.server", "verl_search.tools", "verl_search.agent_loop",
                    "verl_search.eval", "verl_search.training", "verl_search.quickstart", "verl_search.web"),
     "verl_config": ("verl_search.retrieval", "verl_search.server", "verl_search.web", "verl_search.eval",
                     "verl_search.quickstart", "verl_search.generation"),
+    "data": ("verl_search.server", "verl_search.web", "verl_search.tools", "verl_search.agent_loop",
+             "verl_search.eval", "verl_search.generation", "verl_search.training", "verl_search.quickstart"),
 }
 #: what an area may import even though a prefix above forbids it
 ALLOWED = {
     "rewards": ("verl_search.protocol", "verl_search.rewards"),
     "protocol": ("verl_search.protocol",),
+    "runtime": ("verl_search.runtime",),
 }
 
 
@@ -157,3 +173,28 @@ def test_no_import_circle():
         if module not in state:
             visit(module, [module])
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def _reached(start: list[str], graph: dict[str, set[str]]) -> set[str]:
+    """`start` and every module of ours it reaches through `graph`."""
+    seen, todo = set(), list(start)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    return seen
+
+
+def test_the_retrieval_service_never_reaches_verl():
+    # direct rules miss a chain (server -> runtime -> something importing verl); walk the whole graph
+    graph = _import_graph()
+    service = [m for m in graph if m.split(".")[1:2] in (["server"], ["web"], ["retrieval"])]
+    assert "verl_search.server.app" in service and "verl_search.retrieval.bm25" in service
+    reached = _reached(service, graph)
+    verl_side = sorted(m for m in reached if any(_matches(m, prefix) for prefix in VERL_SIDE))
+    assert not verl_side, f"the retrieval service reaches the verl side: {verl_side}"
+    importers = sorted(f"{_module_name(path)}:{line} imports {name}"
+                       for path in PACKAGE.rglob("*.py") if _module_name(path) in reached
+                       for line, name in imports_of(path) if _matches(name, "verl"))
+    assert not importers, "the retrieval service imports verl:\n" + "\n".join(importers)

@@ -4,13 +4,14 @@ import subprocess
 import sys
 from dataclasses import fields
 
-from verl_search import cli, env
+from verl_search import cli
 from verl_search.eval.options import EvalOptions
-from verl_search.options import flag_name, option_fields
 from verl_search.protocol.vocabulary import DEFAULT_TOPK
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.rerank import RerankOptions
+from verl_search.runtime import env
+from verl_search.runtime.options import flag_name, option_fields
 from verl_search.server.serve import RayOptions, ServeOptions
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import MINI_QA, REPO
-from verl_search.verl_config.check import check_config
 from verl_search.data.preprocess import Source, build_rows, write_parquet
-from verl_search.extras import install_line
+from verl_search.runtime.extras import install_line
+from verl_search.verl_config.check import check_config
 
 RECIPES = sorted((REPO / "examples").glob("*/config.yaml"))
 TOOL_RECIPE = REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml"

@@ -12,13 +12,13 @@ from typing import get_args
 import pytest
 
 from verl_search.retrieval.dense import verify_backend
-from verl_search.extras import install_line
-from verl_search.options import add_arguments
 from verl_search.retrieval.encoder import BACKENDS, EncoderBackend, SentenceEncoder
 from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.loader import resolve_index
 from verl_search.retrieval.manifest import IndexMismatchError, Manifest
 from verl_search.retrieval.quantize import CALIBRATION_PASSAGES, INT8_FILE, calibration_passages
+from verl_search.runtime.extras import install_line
+from verl_search.runtime.options import add_arguments
 
 
 def _installed(module: str) -> bool:

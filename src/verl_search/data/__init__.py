@@ -1,1 +1,2 @@
-"""Data: prompt templates and FlashRAG JSONL -> verl parquet preprocessing."""
+"""Data: prompt templates, FlashRAG JSONL -> verl parquet preprocessing, and the download of the published
+Search-R1 / FlashRAG files (`verl-search download`)."""

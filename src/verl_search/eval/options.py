@@ -1,5 +1,5 @@
 """`EvalOptions`: every option of `verl-search eval`, declared once (the CLI generates its flags
-from this class, see `verl_search.options`). Standard library only, so building the CLI parser
+from this class, see `verl_search.runtime.options`). Standard library only, so building the CLI parser
 imports nothing of the eval side's heavy dependencies."""
 
 from __future__ import annotations

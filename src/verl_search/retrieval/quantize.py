@@ -27,9 +27,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from verl_search.env import read_env
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.manifest import encoder_fingerprint
+from verl_search.runtime.env import read_env
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from verl_search.exits import EXPECTED_ERRORS, configure_logging, exit_code
-from verl_search.options import add_arguments, build
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.rerank import RerankOptions
+from verl_search.runtime.exits import EXPECTED_ERRORS, configure_logging, exit_code
+from verl_search.runtime.options import add_arguments, build
 from verl_search.server.serve import RayOptions, ServeOptions, serve
 from verl_search.server.settings import ServerSettings
 from verl_search.web.options import WebOptions
@@ -57,7 +57,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
     if ray_options.ray and (rerank.reranker or options.retriever or hybrid != HybridOptions()):
         raise ValueError("--reranker, --retriever and the fusion flags are not available with --ray; serve without --ray")
     if ray_options.ray:
-        from verl_search.extras import require_extra
+        from verl_search.runtime.extras import require_extra
 
         require_extra("ray")
         from verl_search.server.ray_serve import serve_with_ray

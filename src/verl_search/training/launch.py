@@ -21,10 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from verl_search import env as env_vars
-from verl_search.verl_config.shipped import config_path
+from verl_search.runtime import env as env_vars
 from verl_search.training import vllm_cpu
 from verl_search.training.names import PLUGIN_MODULE, ROLLOUT_NAME
+from verl_search.verl_config.shipped import config_path
 
 logger = logging.getLogger(__name__)
 

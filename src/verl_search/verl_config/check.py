@@ -37,9 +37,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_search import env
+from verl_search.runtime import env
+from verl_search.runtime.extras import install_line
 from verl_search.verl_config.shipped import config_path
-from verl_search.extras import install_line
 from verl_search.verl_config.version import SUPPORTED_VERL_VERSION, check_verl_version
 
 logger = logging.getLogger(__name__)

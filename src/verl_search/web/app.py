@@ -25,7 +25,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from verl_search.env import read_env
+from verl_search.runtime.env import read_env
 from verl_search.server.access import ACCESS_PATH, check_access_request, encode_access_response
 from verl_search.server.app import RETRIEVE_PATH, RETRIEVE_REQUEST_OPENAPI, check_retrieve_limits, parse_retrieve_request, validation_error
 from verl_search.server.schemas import AccessRequest, AccessResponse, HealthResponse, RetrieveResponse, encode_retrieve_response
@@ -161,7 +161,7 @@ def build_backend(options: WebOptions) -> WebBackend:
     Raises:
         ValueError: no search key (see `read_keys`); OSError: the cache folder cannot be written.
     """
-    from verl_search.extras import require_extra
+    from verl_search.runtime.extras import require_extra
     from verl_search.web.cache import WebCache
     from verl_search.web.upstream import Upstream
 
