@@ -23,6 +23,10 @@ Parts (`--parts`, default all):
   (`max_num_seqs=1`), `torch-linear` (vLLM's oneDNN GEMM replaced by `torch.nn.functional.linear`,
   vLLM's own fallback). Prints the largest and mean |p_vllm - p_transformers| per turn (what verl's
   `training/rollout_probs_diff_max` / `_mean` measure).
+* `gemm`: vLLM CPU's fp32 linear kernel (`onednn_mm`, what `dispatch_cpu_unquantized_gemm` packs
+  fp32 weights into) against `torch.nn.functional.linear`, both against a float64 reference, on
+  SmolLM2-135M's projection shapes and 1/16/300 rows: the largest relative error of each (no model,
+  no vLLM engine; seconds).
 * `grpo`: `--grpo-steps` GRPO steps of the SmolLM2 CPU recipe (the quickstart's: the GRPO Search-R1
   recipe with `quickstart.grpo.grpo_overrides`) through `verl-search train --cpu`, once with each
   rollout (`verl_search_cpu`, `vllm`); prints verl's own `timing_s/step` and `timing_s/gen` per step.
@@ -192,6 +196,27 @@ def eval_part(args) -> None:
               f"{r['tokens']} | {r['em']:.3f} | {ratio} | {r['load_after']:.1f} |")
 
 
+def gemm_part() -> None:
+    import torch
+    import vllm._custom_ops as ops
+
+    torch.manual_seed(0)
+    print("gemm: fp32, weights N(0, 0.05^2), inputs N(0, 1); relative error = max |y - y_float64| / max |y_float64|")
+    print("| N x K (weight) | rows | oneDNN (vLLM) rel. error | torch rel. error | max abs oneDNN - torch |")
+    print("| --- | --- | --- | --- | --- |")
+    for n, k in ((576, 576), (1536, 576), (576, 1536), (49152, 576)):  # attention, MLP up, MLP down, lm_head
+        weight = torch.randn(n, k) * 0.05
+        handle = ops.create_onednn_mm(weight.t(), 32)
+        for rows in (1, 16, 300):
+            x = torch.randn(rows, k)
+            reference = torch.nn.functional.linear(x.double(), weight.double())
+            onednn = ops.onednn_mm(handle, x, None).double()
+            plain = torch.nn.functional.linear(x, weight).double()
+            scale = reference.abs().max()
+            print(f"| {n} x {k} | {rows} | {((onednn - reference).abs().max() / scale).item():.1e} | "
+                  f"{((plain - reference).abs().max() / scale).item():.1e} | {(onednn - plain).abs().max().item():.1e} |")
+
+
 LOGPROB_CONFIGS = ("default", "no-prefix-cache", "batch1", "torch-linear")
 
 
@@ -311,7 +336,7 @@ def grpo_part(args, folder: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="generate,eval,logprobs,grpo")
+    parser.add_argument("--parts", default="generate,eval,gemm,logprobs,grpo")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--vllm-configs", default="fp32-eager,bf16-eager,fp32-compiled")
@@ -346,6 +371,8 @@ def main() -> None:
         generate_part(args, folder)
     if "eval" in parts:
         eval_part(args)
+    if "gemm" in parts:
+        gemm_part()
     if "logprobs" in parts:
         logprob_part(args, folder)
     if "grpo" in parts:
