@@ -2,23 +2,18 @@
 
 `verl-search serve` runs in a child process over a real hybrid index of the mini corpus (built by
 `build_index --retriever hybrid`, its vectors taken from the MiniLM index with `--from-faiss`) with
-a real CrossEncoder (conftest's tiny random one: no weights can be downloaded here). The clients'
-request bodies are posted exactly as they send them:
-
-* Search-R1 (`search_r1/llm_agent/generation.py`, `_batch_search`): `requests.post(url, json=
-  {"queries": [...], "topk": 3, "return_scores": True})`, then `_passages2string` reads
-  `doc["document"]["contents"]`, title = first line;
-* verl 0.7 (`verl/tools/utils/search_r1_like_utils.py`, `call_search_api`): the same body with
-  `Content-Type` and `Accept: application/json` headers, and the same `document.contents` reading.
+a real CrossEncoder (conftest's tiny random one: no weights can be downloaded here). The clients of
+Search-R1, verl 0.7 and slime (`tests/server/peer_clients.py`: each one's exact request body, HTTP
+library and way of reading the answer) get every passage the server returns, in its order.
 """
 
 import asyncio
 
 import httpx
 import pytest
-import requests
 
 from tests.conftest import MINI_CORPUS
+from tests.server import peer_clients
 from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.tools.local_server import SubprocessServer
 
@@ -47,41 +42,28 @@ def reranked_server(hybrid_index, tiny_cross_encoder):
         yield server
 
 
-def search_r1_client(url: str, queries: list[str]) -> list[str]:
-    """Search-R1's `_batch_search` + `_passages2string`, as they are."""
-    results = requests.post(url, json={"queries": queries, "topk": 3, "return_scores": True}).json()["result"]
-    return [_passages2string(result) for result in results]
+def slime_client(url: str, queries: list[str], topk: int = 3) -> list[list[tuple[str, str]]]:
+    """slime's `local_search` (one query per request, aiohttp, `return_scores: False`), once per query."""
+    return [asyncio.run(peer_clients.slime(url, query, top_k=topk)) for query in queries]
 
 
-def verl_07_client(url: str, queries: list[str]) -> list[str]:
-    """verl 0.7's `call_search_api` body and headers, and its `_passages2string`."""
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    response = requests.post(url, headers=headers, json={"queries": queries, "topk": 3, "return_scores": True},
-                             timeout=30)
-    response.raise_for_status()
-    return [_passages2string(result) for result in response.json().get("result", [])]
+CLIENTS = {"search_r1": peer_clients.search_r1, "verl_07": peer_clients.verl_07, "slime": slime_client}
 
 
-def _passages2string(retrieval_result) -> str:
-    reference = ""
-    for idx, doc_item in enumerate(retrieval_result):
-        content = doc_item["document"]["contents"]
-        title = content.split("\n")[0]
-        text = "\n".join(content.split("\n")[1:])
-        reference += f"Doc {idx + 1}(Title: {title}) {text}\n"
-    return reference
-
-
-@pytest.mark.parametrize("client", [search_r1_client, verl_07_client])
+@pytest.mark.parametrize("client", list(CLIENTS))
 @pytest.mark.parametrize("which", ["hybrid", "reranked"])
 def test_existing_clients_work_unchanged(client, which, request):
     server = request.getfixturevalue(f"{which}_server")
     health = httpx.get(f"{server.url}/health", timeout=30).json()
     assert health["retriever"] == {"hybrid": "hybrid", "reranked": "hybrid+rerank"}[which]
-    inception, lilu = client(f"{server.url}/retrieve", QUERIES)
-    assert inception.count("Doc ") == 3 and lilu.count("Doc ") == 3
+    url = f"{server.url}/retrieve"
+    inception, lilu = CLIENTS[client](url, QUERIES)
+    assert len(inception) == 3 and len(lilu) == 3 and all(text.strip() for _, text in inception + lilu)
+    assert [hit["document"]["contents"] for hit in httpx.post(url, json={"queries": QUERIES[1:], "topk": 3},
+                                                              timeout=60).json()["result"][0]] == \
+        [f"{title}\n{text}" for title, text in lilu]  # each client reads exactly the passages served, in order
     if which == "hybrid":  # the random cross-encoder puts any of the 5 candidates first
-        assert lilu.startswith('Doc 1(Title: "Lilu (mythology)")')
+        assert lilu[0][0] == '"Lilu (mythology)"'
 
 
 def test_reranked_server_returns_cross_encoder_scores_and_batches_across_requests(reranked_server):
