@@ -56,17 +56,13 @@ VLLM_CONFIGS = {"fp32-eager": ("float32", True), "bf16-eager": ("bfloat16", True
                 "fp32-compiled": ("float32", False), "bf16-compiled": ("bfloat16", False)}
 
 
-def mini_wiki() -> tuple[Path, Path]:
-    shared = Path(os.environ.get("VERL_SEARCH_SHARED", REPO.parent / "shared"))
-    return shared / "data" / "mini_wiki" / "qa.jsonl", shared / "data" / "mini_wiki" / "corpus.jsonl"
 
 
 def prompts(tokenizer, count: int) -> list[list[int]]:
     """`count` mini-wiki questions in the Search-R1 prompt, chat-templated token ids."""
     from verl_search.data.preprocess import Source, build_rows
 
-    qa, _ = mini_wiki()
-    rows = build_rows([Source.parse(str(qa))], "test", "search_r1", max_per_source=None, seed=0)[:count]
+    rows = build_rows([Source.parse("mini-wiki:test")], "test", "search_r1", max_per_source=None, seed=0)[:count]
     out = []
     for row in rows:
         ids = tokenizer.apply_chat_template([dict(m) for m in row["prompt"]], add_generation_prompt=True, tokenize=True)
@@ -292,15 +288,16 @@ def grpo_part(args, folder: str) -> None:
     from verl_search.quickstart.grpo import grpo_overrides
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
-    qa, corpus = mini_wiki()
+    from verl_search.datasets import resolve_corpus
+
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_cpu_engine_"))
     index = work / "index"
     if not (index / "manifest.json").is_file():
-        build_index(corpus, index, BuildOptions(retriever="bm25", overwrite=True))
-    rows = build_rows([Source.parse(str(qa))], "train", "search_r1", max_per_source=None, seed=0)
+        build_index(resolve_corpus("mini-wiki"), index, BuildOptions(retriever="bm25", overwrite=True))
+    rows = build_rows([Source.parse("mini-wiki:train")], "train", "search_r1", max_per_source=None, seed=0)
     write_parquet(rows[: args.prompts_per_step * args.grpo_steps], work / "train.parquet")
     write_parquet(rows[-4:], work / "val.parquet")
-    protocol = EvalOptions(data=[str(qa)], index=str(index), max_turns=2, max_tokens_per_turn=128,
+    protocol = EvalOptions(data=["mini-wiki:train"], index=str(index), max_turns=2, max_tokens_per_turn=128,
                            response_length=1024, prompt_length=1024)
     recipe = REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" / "config.yaml"
     print(f"grpo: {args.grpo_steps} steps, {args.prompts_per_step} prompts x {args.group_size}, SmolLM2-135M, "
