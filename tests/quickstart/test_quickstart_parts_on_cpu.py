@@ -197,12 +197,12 @@ def test_every_evaluation_and_grpo_roll_out_on_one_engine(tmp_path, engine, roll
     assert f"actor_rollout_ref.rollout.name={rollout}" in overrides
 
 
-def test_auto_engine_is_evals_choice():
+def test_auto_engine_is_evals_choice(tmp_path):
     from verl_search.eval.vllm_rollout import choose_engine
-    from verl_search.quickstart.options import resolve_engine
+    from verl_search.quickstart.pipeline import Quickstart
 
-    assert resolve_engine("auto") == choose_engine("auto") in ("vllm", "transformers")
-    assert resolve_engine("transformers") == "transformers"
+    assert Quickstart(QuickstartOptions(out=str(tmp_path))).engine == choose_engine("auto") in ("vllm", "transformers")
+    assert Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers")).engine == "transformers"
 
 
 def test_the_shipped_recipe_is_the_example_recipe():

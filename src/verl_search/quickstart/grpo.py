@@ -38,7 +38,7 @@ def shipped_recipe() -> Path:
 
 
 def rollout_name(engine: str) -> str:
-    """`actor_rollout_ref.rollout.name` for an engine of `options.resolve_engine`: verl's `vllm`
+    """`actor_rollout_ref.rollout.name` for an engine `eval.vllm_rollout.choose_engine` returned: verl's `vllm`
     (the CPU plugin's vLLM replica) or our transformers rollout (`verl_search_cpu`)."""
     from verl_search.training import vllm_cpu
     from verl_search.training.names import ROLLOUT_NAME

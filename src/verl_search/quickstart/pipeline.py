@@ -30,8 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_search.quickstart.options import (QuickstartOptions, for_model, protocol_options, resolve_engine,
-                                            response_length)
+from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +172,10 @@ class Quickstart:
         self.index = self.out / "index"
         self.train_file = self.out / "data" / "train.parquet"
         self.test_file = self.out / "data" / "test.parquet"
-        self.engine = resolve_engine(options.engine)
+        from verl_search.eval.vllm_rollout import choose_engine
+
+        # one engine for every evaluation and GRPO's rollouts, chosen as `verl-search eval` chooses
+        self.engine = choose_engine(options.engine)
         self.protocol = protocol_options(options, self.index, self.engine)
         logger.info("rollout engine of the evaluations and GRPO: %s", self.engine)
 
