@@ -21,6 +21,14 @@ On the CPU three things stand in the way; each is handled here, through public h
   vLLM's reload API (or vLLM's `reload_weights`) for unquantized models too.
 * V3 sleep mode: vLLM's sleep mode needs CUDA's allocator; `cpu_rollout_overrides()` turns it
   and `free_cache_engine` off (the model stays in host memory between steps).
+* V4 log-probs: vLLM's CPU sampler returns `logits.log_softmax(dim=-1, dtype=torch.float32)`.
+  PyTorch's CPU fp32 `log_softmax` drops the mass of many tiny terms when one logit dominates a
+  large vocabulary (151,665 tokens, the rest ~18 below the top: the log-normaliser comes out up
+  to 1.6e-4 low), while verl's trainer computes `logit - logsumexp(logits)`, accurate to ~1e-7:
+  their `training/rollout_probs_diff_max` measured that kernel (3.5e-4), not the engine.
+  `patch_cpu_sampler_logprobs()` (in vLLM's worker, with `CPUWorkerExtension`) computes the
+  sampler's log-probs as `logits - logsumexp(logits)`. Upstream fix: an accurate fp32 CPU
+  `log_softmax` in PyTorch, or vLLM computing log-probs through `logsumexp`.
 
 The rollout's CPU settings are environment variables of vLLM, set for the server actor through
 the platform's `rollout_env_vars()` (`cpu_rollout_env()`): `VLLM_CPU_KVCACHE_SPACE` (GiB of KV
@@ -154,6 +162,11 @@ def places():
               "V2: vLLM CPU packs linear weights and drops layer.weight (why a plain load_weights fails)"),
         Place("vllm.model_executor.model_loader.reload", "__all__", "initialize_layerwise_reload",
               "V2: vLLM's layerwise reload API"),
+        Place("vllm.v1.sample.ops.topk_topp_sampler", "TopKTopPSampler",
+              "logits_to_return = logits.log_softmax(dim=-1, dtype=torch.float32)",
+              "V4: the CPU sampler's processed log-probs come from torch's fp32 log_softmax"),
+        Place("vllm.v1.sample.sampler", "Sampler", "return logits.log_softmax(dim=-1, dtype=torch.float32)",
+              "V4: the sampler's raw and prompt log-probs come from torch's fp32 log_softmax"),
     )
 
 
@@ -231,8 +244,61 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def log_softmax_fp32(logits):
+    """`log_softmax(logits)` in fp32 as `logits - logsumexp(logits)` (verl's trainer's formula).
+
+    Args:
+        logits: tensor of shape (..., vocab); any float dtype (computed in fp32).
+
+    Returns:
+        fp32 log-probabilities, same shape. Accurate to ~1e-7 where PyTorch's CPU fp32
+        `log_softmax` is off by up to 1.6e-4 (V4).
+    """
+    import torch
+
+    logits = logits.to(torch.float32)
+    return logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+
+
+def patch_cpu_sampler_logprobs() -> None:
+    """V4: vLLM's sampler computes its log-probs with `log_softmax_fp32` (idempotent).
+
+    `TopKTopPSampler.forward_cpu` (verl's `logprobs_mode=processed_logprobs`): top-k / top-p are
+    applied, the log-probs taken from the processed logits, then vLLM's own method samples from
+    them (with top-k / top-p already applied). `Sampler.compute_logprobs` (raw and prompt
+    log-probs, greedy requests): replaced. Must run before vLLM builds its sampler (the worker
+    resolves `CPUWorkerExtension` first).
+
+    Raises:
+        verl_patches.VerlChangedError: vLLM's sampler is not the code this was written for.
+    """
+    from vllm.v1.sample import sampler
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    for place in places():
+        if place.why.startswith("V4"):
+            place.check()
+    cls = topk_topp_sampler.TopKTopPSampler
+    if getattr(cls.forward_cpu, "_verl_search_v4", False):
+        return
+    original = cls.forward_cpu
+
+    def forward_cpu(self, logits, generators, k, p):
+        if self.logprobs_mode != "processed_logprobs":
+            return original(self, logits, generators, k, p)
+        logits = topk_topp_sampler.apply_top_k_top_p(logits, k, p)
+        logprobs = log_softmax_fp32(logits)  # before sampling, which may change logits in place
+        sampled, _ = original(self, logits, generators, None, None)
+        return sampled, logprobs
+
+    forward_cpu._verl_search_v4 = True
+    cls.forward_cpu = forward_cpu
+    sampler.Sampler.compute_logprobs = staticmethod(log_softmax_fp32)
+
+
 def _make_extension():
     install_version_alias()
+    patch_cpu_sampler_logprobs()
     from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension as base
 
     class CPUWorkerExtension(base):
