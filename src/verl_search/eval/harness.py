@@ -59,7 +59,7 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     from verl_search.eval.vllm_rollout import choose_engine
 
     if engine is None:
-        options = replace(options, engine=choose_engine(options.engine))
+        options = replace(options, engine=choose_engine(options.engine, options.model))
 
     from verl_search.eval.batch import load_dataset
     from verl_search.verl_config.compose import compose_verl_config

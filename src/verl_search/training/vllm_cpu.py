@@ -59,8 +59,33 @@ DEFAULT_KVCACHE_SPACE_GIB = 2
 """`VLLM_CPU_KVCACHE_SPACE` when unset: 2 GiB hold ~5,000 tokens of a 135M model in fp32."""
 
 
+CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Head sizes vLLM 0.31.0's CPU attention has kernels for (`CPUAttentionBackend.get_supported_head_sizes()`,
+`vllm/v1/attention/backends/cpu_attn.py`; pinned by `tests/eval/test_engine_choice_on_cpu.py`). Another
+fails at the first request ("Unsupported CPU attention configuration: head_dim=16") and kills the engine."""
+
+
 class UnsupportedVllmVersion(RuntimeError):
     """The installed `vllm-cpu` is not `SUPPORTED_VLLM_CPU_VERSION`."""
+
+
+def unsupported_head_size(model: str | os.PathLike | None) -> int | None:
+    """The head size of the Hugging Face model folder `model` (its `config.json`: `head_dim`, else
+    `hidden_size // num_attention_heads`) when vLLM's CPU attention has no kernel for it
+    (`CPU_ATTENTION_HEAD_SIZES`); None when it has one, or when `model` is not a folder with a readable
+    config (an alias such as `smollm2`, a hub name): those are left to vLLM."""
+    import json
+    from pathlib import Path
+
+    config_file = Path(model) / "config.json" if model else None
+    if config_file is None or not config_file.is_file():
+        return None
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        size = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+    return None if size in CPU_ATTENTION_HEAD_SIZES else int(size)
 
 
 def vllm_cpu_version() -> str | None:
