@@ -1,8 +1,8 @@
 """Hybrid and reranked servers answer existing clients unchanged.
 
-`verl-search serve` runs in a child process over a real hybrid index of the mini corpus (built by
-`build_index --retriever hybrid`, its vectors taken from the MiniLM index with `--from-faiss`) with
-a real CrossEncoder (conftest's tiny random one: no weights can be downloaded here). The clients of
+`verl-search serve` runs in a child process over a real hybrid index of the mini corpus
+(tests/server/conftest.py's `hybrid_index`) with a real CrossEncoder (conftest's tiny random one: no
+weights can be downloaded here). The clients of
 Search-R1, verl 0.7 and slime (`tests/server/peer_clients.py`: each one's exact request body, HTTP
 library and way of reading the answer) get every passage the server returns, in its order.
 """
@@ -12,21 +12,10 @@ import asyncio
 import httpx
 import pytest
 
-from tests.conftest import MINI_CORPUS
 from tests.server import peer_clients
-from verl_search.retrieval.index_builder import BuildOptions, build_index
 from verl_search.tools.local_server import SubprocessServer
 
 QUERIES = ["Who directed Inception?", "Lilu mythology masculine Akkadian spirit"]
-
-
-@pytest.fixture(scope="module")
-def hybrid_index(index_root, dense_index, minilm_path):
-    out = index_root / "mini_hybrid_minilm"
-    if not (out / "manifest.json").is_file():
-        build_index(MINI_CORPUS, out, BuildOptions(retriever="hybrid", encoder=minilm_path, from_faiss=str(dense_index),
-                                                   overwrite=True))
-    return out
 
 
 @pytest.fixture(scope="module")

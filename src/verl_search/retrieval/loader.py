@@ -144,10 +144,15 @@ class IndexSpec:
         info = self.shards[shard]
         return ShardIndex(load_faiss_index(self.index_path / info.file, use_gpu=self.use_gpu), info)
 
-    def load(self) -> Retriever:
+    def load(self, search_shards=None) -> Retriever:
         """Load the retriever (slow: reads the index, loads the encoder); a sharded index loads
         every shard into this process (`ShardedDenseRetriever`); a hybrid index both halves
         (`HybridRetriever`); with `rerank.reranker` set, the cross-encoder around it (`RerankingRetriever`).
+
+        Args:
+            search_shards: a sharded index: the fan-out over shards served elsewhere
+                (`retrieval.shards.SearchShards`, e.g. Ray Serve's shard deployments,
+                `server.ray_serve.remote_shards`) instead of loading them here; None: load them here.
 
         Raises:
             ValueError: if the index, encoder and corpus disagree (dimension, number of rows), or
@@ -161,9 +166,9 @@ class IndexSpec:
         elif self.kind == "hybrid":
             from verl_search.retrieval.hybrid import HybridRetriever
 
-            retriever = HybridRetriever(self._load_bm25(corpus), self._load_dense(corpus), self.hybrid)
+            retriever = HybridRetriever(self._load_bm25(corpus), self._load_dense(corpus, search_shards), self.hybrid)
         else:
-            retriever = self._load_dense(corpus)
+            retriever = self._load_dense(corpus, search_shards)
         if self.rerank is not None and self.rerank.reranker:
             from verl_search.retrieval.rerank import CrossEncoderReranker, RerankingRetriever
 
@@ -178,7 +183,7 @@ class IndexSpec:
         params = self.manifest.bm25 if self.manifest else None
         return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
 
-    def _load_dense(self, corpus: JsonlCorpus):
+    def _load_dense(self, corpus: JsonlCorpus, search_shards=None):
         from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
 
         encoder = self.load_encoder(corpus)
@@ -186,10 +191,13 @@ class IndexSpec:
         if self.shards:
             from verl_search.retrieval.shards import ShardedDenseRetriever
 
-            shards = [self.load_shard(i) for i in range(len(self.shards))]
-            if encoder.backend != built_with:
-                verify_backend(shards[0].index, encoder, corpus)  # shard 0 holds the first rows
-            return ShardedDenseRetriever(encoder, corpus, ShardedDenseRetriever.in_process(shards), self.shards)
+            local = None
+            if search_shards is None:
+                local = [self.load_shard(i) for i in range(len(self.shards))]
+                search_shards = ShardedDenseRetriever.in_process(local)
+            if encoder.backend != built_with:  # shard 0 holds the first rows
+                verify_backend((local[0] if local else self.load_shard(0)).index, encoder, corpus)
+            return ShardedDenseRetriever(encoder, corpus, search_shards, self.shards)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
         index = load_faiss_index(faiss_file, use_gpu=self.use_gpu)
         if encoder.backend != built_with:

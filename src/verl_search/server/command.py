@@ -54,15 +54,13 @@ def serve_from_args(args: argparse.Namespace) -> int:
                          build(ServerSettings, args), build(WebOptions, args))
     if options.index is None:
         raise ValueError("--index is required (an index folder or a faiss file), unless --backend web")
-    if ray_options.ray and (rerank.reranker or options.retriever or hybrid != HybridOptions()):
-        raise ValueError("--reranker, --retriever and the fusion flags are not available with --ray; serve without --ray")
     if ray_options.ray:
         from verl_search.runtime.extras import require_extra
 
         require_extra("ray")
         from verl_search.server.ray_serve import serve_with_ray
 
-        return serve_with_ray(options, build(ServerSettings, args), ray_options)
+        return serve_with_ray(options, build(ServerSettings, args), ray_options, hybrid, rerank)
     return serve(options, build(ServerSettings, args), hybrid, rerank)
 
 

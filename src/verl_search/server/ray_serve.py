@@ -16,6 +16,10 @@ A sharded dense index (`index build --shards N`) becomes N shard deployments (ea
 part) plus the front deployment, which encodes each batch once, fans out to the shards through
 Serve handles and merges the top-k (`retrieval.shards.ShardedDenseRetriever`).
 
+A hybrid index (`--retriever`, the fusion flags) and the rerank stage (`--reranker`) are served as
+without `--ray`: every front replica loads what `IndexSpec.load` builds (both halves and the
+cross-encoder; a sharded hybrid index's dense half searches the shard deployments).
+
 The front's calls to the shards prefer shard replicas on its own node too (`remote_shards`).
 
 Faults: a replica that dies is restarted by Serve; requests routed to it fail with a 5xx or a
@@ -32,11 +36,13 @@ import threading
 import ray
 from ray import serve
 
-from verl_search.retrieval.loader import IndexSpec, resolve_index
-from verl_search.retrieval.shards import SearchShards, ShardedDenseRetriever
+from verl_search.retrieval.hybrid import HybridOptions
+from verl_search.retrieval.loader import IndexSpec
+from verl_search.retrieval.rerank import RerankOptions
+from verl_search.retrieval.shards import SearchShards
 from verl_search.server.app import create_app
 from verl_search.server.health import wait_until_ready
-from verl_search.server.serve import RayOptions, ServeOptions, freeze_loaded
+from verl_search.server.serve import RayOptions, ServeOptions, freeze_loaded, resolve_served_index
 from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -78,19 +84,16 @@ class RetrieverReplica:
     """One replica of the retrieval app.
 
     Args:
-        spec: the checked index (`resolve_index`); loaded here, in the constructor.
+        spec: the checked index (`resolve_served_index`); loaded here, in the constructor.
         settings: the server's limits and batching.
         shards: Serve handles of the shard deployments (sharded dense index), none otherwise.
     """
 
     def __init__(self, spec: IndexSpec, settings: ServerSettings, *shards):
-        if shards:
-            retriever = ShardedDenseRetriever(spec.load_encoder(), spec.load_corpus(), remote_shards(list(shards)),
-                                              spec.shards)
-        else:
-            retriever = spec.load()
+        retriever = spec.load(remote_shards(list(shards)) if shards else None)
         freeze_loaded(retriever)
-        self.retrieval_app = create_app(retriever, settings, health_extras=replicas_up)  # `app` is Serve's
+        self.retrieval_app = create_app(retriever, settings, fingerprint=spec.fingerprint(),  # `app` is Serve's
+                                        health_extras=replicas_up)
 
     def __serve_build_asgi_app__(self):
         return self.retrieval_app
@@ -132,32 +135,35 @@ def build_application(spec: IndexSpec, settings: ServerSettings, options: RayOpt
         replicas, per_node = sum(1 for node in ray.nodes() if node["Alive"]), 1
     common = {"num_replicas": replicas, "max_replicas_per_node": per_node,
               "ray_actor_options": {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus}}
+    sharded = spec.shards if spec.kind != "bm25" else []  # a hybrid index served as bm25 uses no shard
     shards = [
         serve.deployment(ShardReplica, name=f"shard-{i}", max_ongoing_requests=MAX_ONGOING_REQUESTS, **common).bind(spec, i)
-        for i in range(len(spec.shards))
+        for i in range(len(sharded))
     ]
     front = serve.deployment(RetrieverReplica, name="retriever", max_ongoing_requests=MAX_ONGOING_REQUESTS, **common)
     return front.bind(spec, settings, *shards)
 
 
-def deploy(options: ServeOptions, settings: ServerSettings, ray_options: RayOptions, route_prefix: str = "/") -> str:
+def deploy(options: ServeOptions, settings: ServerSettings, ray_options: RayOptions, route_prefix: str = "/",
+           spec: IndexSpec | None = None) -> str:
     """Deploy the index on the connected Ray cluster and wait until every replica is loaded.
 
     Args:
-        options: what to serve (`index`, `corpus`, `encoder`, `cpu`) and where (`host`, `port`:
-            Serve's HTTP proxies, on every node with a replica).
+        options: what to serve (`index`, `corpus`, `encoder`, `cpu`, `retriever`, encoder backend
+            and threads) and where (`host`, `port`: Serve's HTTP proxies, on every node with a replica).
         settings: the server's limits and batching.
         ray_options: replicas and resources (`ray_address` is not used here: connect first).
         route_prefix: the application's path prefix (`/`: `http://HOST:PORT/retrieve`).
+        spec: the checked index with its fusion and rerank stage (`resolve_served_index`); default:
+            `resolve_served_index(options)` (the index's own retriever, default fusion, no reranker).
 
     Returns:
         the base URL, e.g. `http://127.0.0.1:8000` (`/retrieve`, `/health` and `/docs` under it).
 
     Raises:
-        FileNotFoundError, ValueError: see `resolve_index`; RuntimeError: a replica failed to start.
+        FileNotFoundError, ValueError: see `resolve_served_index`; RuntimeError: a replica failed to start.
     """
-    spec = resolve_index(options.index, corpus=options.corpus, encoder=options.encoder,
-                         verify_corpus=options.verify_corpus, use_gpu=False if options.cpu else None)
+    spec = resolve_served_index(options) if spec is None else spec
     serve.start(proxy_location="EveryNode", http_options={"host": options.host, "port": options.port})
     serve.run(build_application(spec, settings, ray_options), name=ray_options.app_name, route_prefix=route_prefix)
     url = f"http://{'127.0.0.1' if options.host in ('0.0.0.0', '::') else options.host}:{options.port}"
@@ -167,13 +173,17 @@ def deploy(options: ServeOptions, settings: ServerSettings, ray_options: RayOpti
     return url
 
 
-def serve_with_ray(options: ServeOptions, settings: ServerSettings, ray_options: RayOptions) -> int:
-    """`verl-search serve --ray`: connect to Ray, deploy, serve until SIGTERM/SIGINT, then remove
-    the application (and stop the Ray instance if this command started it). Returns 0.
+def serve_with_ray(options: ServeOptions, settings: ServerSettings, ray_options: RayOptions,
+                   hybrid: HybridOptions | None = None, rerank: RerankOptions | None = None) -> int:
+    """`verl-search serve --ray`: check the flags (`resolve_served_index`, before Ray starts), connect
+    to Ray, deploy, serve until SIGTERM/SIGINT, then remove the application (and stop the Ray instance
+    if this command started it). `hybrid`, `rerank`: a hybrid index's fusion and the rerank stage, as
+    `server.serve.serve`. Returns 0.
 
     Raises:
-        as `deploy`; ConnectionError: `--ray-address auto` and no cluster is running.
+        as `resolve_served_index` and `deploy`; ConnectionError: `--ray-address auto` and no cluster is running.
     """
+    spec = resolve_served_index(options, hybrid, rerank)
     address = ray_options.ray_address
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -184,7 +194,7 @@ def serve_with_ray(options: ServeOptions, settings: ServerSettings, ray_options:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        url = deploy(options, settings, ray_options)
+        url = deploy(options, settings, ray_options, spec=spec)
         logger.info("ready: %s/retrieve (Ctrl-C or SIGTERM stops it)", url)
         while not stop.wait(3600):
             pass

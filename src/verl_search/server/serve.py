@@ -2,7 +2,7 @@
 
 Also the options of the `serve` command (`ServeOptions`, `RayOptions`: its flags are generated from
 them and `ServerSettings`, so defaults live in those classes only) and the pieces `server.ray_serve`
-and `web.app` reuse (`freeze_loaded`, `draining_server`). The command itself (flags, `--ray` /
+and `web.app` reuse (`resolve_served_index`, `freeze_loaded`, `draining_server`). The command itself (flags, `--ray` /
 `--backend web` dispatch, exit codes) is `server.command`; this module imports neither Ray Serve
 nor the web backend.
 
@@ -160,24 +160,18 @@ def freeze_loaded(retriever: Retriever) -> Retriever:
     return retriever
 
 
-def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid: HybridOptions | None = None,
-          rerank: RerankOptions | None = None) -> int:
-    """Serve until stopped (SIGTERM/SIGINT drain first, see the module docstring); return the exit
-    code: 0, or 1 if the index failed to load.
-
-    The cheap checks (`resolve_index`: files exist, corpus size, encoder fingerprint) run before
-    the port is bound; the slow load runs in the app's background thread (`/health` says
-    `loading` meanwhile) and a failure there stops the server.
+def resolve_served_index(options: ServeOptions, hybrid: HybridOptions | None = None,
+                         rerank: RerankOptions | None = None):
+    """The checked `IndexSpec` that `serve` and `serve --ray` load: `resolve_index` on `options`
+    (encoder backend and threads included), the retriever `options.retriever` selects, the fusion
+    `hybrid` and the rerank stage `rerank`. Only cheap checks: call it before a port is bound.
 
     Raises:
-        FileNotFoundError, IndexMismatchError (a ValueError), ValueError: see `resolve_index`.
+        FileNotFoundError, IndexMismatchError (a ValueError), ValueError: see `resolve_index`; a missing
+            `--index`, `--encoder-threads` below 1, fusion flags on an index not served as hybrid,
+            rerank flags without `--reranker`; FileNotFoundError: the reranker folder holds no model.
     """
-    import uvicorn
-
     from verl_search.retrieval.loader import resolve_index
-    from verl_search.retrieval.pages import PageLookup
-    from verl_search.server.access import CorpusPages
-    from verl_search.server.app import create_app
 
     if options.index is None:
         raise ValueError("--index is required (an index folder or a faiss file), unless --backend web")
@@ -196,6 +190,28 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
         check_reranker_folder(rerank.reranker)  # FileNotFoundError before the port is bound
     elif rerank is not None and rerank != RerankOptions():
         raise ValueError("--rerank-candidates, --rerank-batch-size and --rerank-max-length need --reranker DIR")
+    return spec
+
+
+def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid: HybridOptions | None = None,
+          rerank: RerankOptions | None = None) -> int:
+    """Serve until stopped (SIGTERM/SIGINT drain first, see the module docstring); return the exit
+    code: 0, or 1 if the index failed to load.
+
+    The cheap checks (`resolve_index`: files exist, corpus size, encoder fingerprint) run before
+    the port is bound; the slow load runs in the app's background thread (`/health` says
+    `loading` meanwhile) and a failure there stops the server.
+
+    Raises:
+        FileNotFoundError, IndexMismatchError (a ValueError), ValueError: see `resolve_index`.
+    """
+    import uvicorn
+
+    from verl_search.retrieval.pages import PageLookup
+    from verl_search.server.access import CorpusPages
+    from verl_search.server.app import create_app
+
+    spec = resolve_served_index(options, hybrid, rerank)
     failed: list[BaseException] = []
 
     def stop_on_failure(exc: BaseException) -> None:

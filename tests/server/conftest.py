@@ -1,0 +1,18 @@
+"""Fixtures shared by the server tests (the repository-wide ones are in tests/conftest.py)."""
+
+import pytest
+
+from tests.conftest import MINI_CORPUS
+
+
+@pytest.fixture(scope="session")
+def hybrid_index(index_root, dense_index, minilm_path):
+    """A real hybrid index of the mini corpus (`build_index --retriever hybrid`: BM25 + MiniLM under one
+    manifest), its vectors taken from conftest's `dense_index` with `--from-faiss`; built once per cache."""
+    from verl_search.retrieval.index_builder import BuildOptions, build_index
+
+    out = index_root / "mini_hybrid_minilm"
+    if not (out / "manifest.json").is_file():
+        build_index(MINI_CORPUS, out, BuildOptions(retriever="hybrid", encoder=minilm_path, from_faiss=str(dense_index),
+                                                   overwrite=True))
+    return out
