@@ -128,6 +128,8 @@ def test_after_a_changing_update_rollout_and_trainer_log_probs_match(run):
 def test_searches_stop_at_the_closing_tag_and_resume_after_the_observation(run):
     from transformers import AutoTokenizer
 
+    from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, parse_action
+
     tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
     close, opener = (("</search>", "<information>") if run["protocol"] == "search_r1"
                      else ("</tool_call>", "<tool_response>"))
@@ -143,11 +145,17 @@ def test_searches_stop_at_the_closing_tag_and_resume_after_the_observation(run):
             current[1].append(token)
         for (m, tokens), following in zip(turns, turns[1:]):
             if m == 1 and following[0] == 0:
-                searched += 1
                 text = tokenizer.decode(tokens)
                 # vLLM's own token ids end the turn at the closing tag (its stop string or EOS)
                 assert text.rstrip().removesuffix("<|im_end|>").rstrip().endswith(close), text[-200:]
-                assert opener in tokenizer.decode(following[1])
+                observation = tokenizer.decode(following[1])
+                if run["protocol"] == "search_r1" and parse_action(text).kind != "search":
+                    # a sampled turn can end at `</search>` without a well-formed `<search>` (the model wrote
+                    # `<search Christopher Nolan </search>` in one run): Search-R1's correction, not a search
+                    assert INVALID_ACTION_MESSAGE.strip() in observation, observation[:300]
+                    continue
+                assert opener in observation
+                searched += 1
     assert searched >= 1, "no sample searched"
 
 
