@@ -26,6 +26,8 @@ MOVES = {
 }
 WEIGHTS = {"search": 2, "right": 2, "wrong": 1}
 """Weight of each move in the fitting loss: the fitted model samples them about 2 : 2 : 1."""
+FIT_STEPS = 200
+"""Optimizer steps of the fit (`make_answering_model`)."""
 
 
 def rows(source_rows: list[dict], count: int) -> list[dict]:
@@ -39,8 +41,11 @@ def rows(source_rows: list[dict], count: int) -> list[dict]:
 
 
 def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], protocol: str,
-                         tool_schema: dict | None = None, steps: int = 100, seed: int = 0) -> Path:
+                         tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0) -> Path:
     """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `WEIGHTS`; returns `out`.
+
+    200 steps: the tool protocol's moves come out at about 0.30 : 0.37 : 0.18 (search : right : wrong) on
+    the first prompt; after 100 the search (30 tokens) had 0.09, and 16 samples held no search one run in 4.
 
     `out/fitted.json` holds each move's probability under the fitted model, per prompt.
     """
