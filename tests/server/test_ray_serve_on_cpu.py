@@ -5,7 +5,9 @@
   64 concurrent tool-client callers costs no failed call (client retries + Serve's restart).
 - `/sharded`: a 2-shard dense (Flat) index: 2 shard deployments + a front that encodes and merges;
   its hits equal the unsharded index's, scores and ids.
-- `/`: `serve --ray` run as a command, joining this Ray instance by its address.
+- Both apps answer `POST /access` (page access) as the plain server does.
+- `/`: `serve --ray` run as a command, joining this Ray instance by its address (`--no-page-access`: no
+  `/access` route).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stop
     module's apps; SIGTERM removes its application only."""
     port = cluster["port"]
     command = [sys.executable, "-m", "verl_search.server", "--index", str(bm25_index), "--port", str(port), "--ray",
-               "--ray-address", cluster["address"], "--app-name", "cli", "--replicas", "2", "--num-cpus", "0.5"]
+               "--ray-address", cluster["address"], "--app-name", "cli", "--replicas", "2", "--num-cpus", "0.5",
+               "--no-page-access"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
@@ -88,6 +91,7 @@ def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stop
         assert health["status"] == "ready" and health["replicas"] == {"retriever": 2}  # both loaded before "ready"
         response = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Lilu mythology"]}, timeout=30)
         assert response.status_code == 200 and len(response.json()["result"][0]) == 3
+        assert httpx.post(f"http://127.0.0.1:{port}/access", json={"ids": ["12"]}, timeout=30).status_code == 404
     finally:
         process.terminate()
         try:
@@ -97,6 +101,28 @@ def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stop
             raise
     assert returncode == 0
     assert "cli" not in serve.status().applications and "bm25" in serve.status().applications
+
+
+@pytest.mark.parametrize("app", ["bm25", "sharded"])
+def test_page_access_answers_as_the_plain_server(cluster, app, bm25_retriever):
+    from verl_search.retrieval.corpus import JsonlCorpus
+    from verl_search.retrieval.pages import PageLookup
+    from verl_search.server.access import CorpusPages
+    from verl_search.server.app import create_app
+    from verl_search.tools.local_server import ThreadServer
+
+    bodies = [{"ids": ["12", "9992"]}, {"titles": ["Al-Qaeda"]}, {"ids": ["99999"]}, {"ids": []}]
+    pages = CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))
+    with ThreadServer(create_app(bm25_retriever, pages=pages)) as plain:
+        for body in bodies:
+            served = httpx.post(f"{cluster[app]}/access", json=body, timeout=30)
+            expected = httpx.post(f"{plain.url}/access", json=body, timeout=30)
+            assert served.status_code == expected.status_code, (body, served.text)
+            if served.status_code == 200:
+                assert served.json() == expected.json(), body
+            else:
+                assert [d["loc"] for d in served.json()["detail"]] == [d["loc"] for d in expected.json()["detail"]]
+    assert "/access" in httpx.get(f"{cluster[app]}/openapi.json", timeout=30).json()["paths"]
 
 
 def test_same_wire_format_validation_and_openapi(cluster, bm25_retriever):

@@ -16,8 +16,9 @@ A sharded dense index (`index build --shards N`) becomes N shard deployments (ea
 part) plus the front deployment, which encodes each batch once, fans out to the shards through
 Serve handles and merges the top-k (`retrieval.shards.ShardedDenseRetriever`).
 
-A hybrid index (`--retriever`, the fusion flags) and the rerank stage (`--reranker`) are served as
-without `--ray`: every front replica loads what `IndexSpec.load` builds (both halves and the
+`POST /access` (page access, `server.access`) is served by every front replica, from the corpus it
+loaded with the index, unless `--no-page-access`. A hybrid index (`--retriever`, the fusion flags) and the
+rerank stage (`--reranker`) are served as without `--ray`: every front replica loads what `IndexSpec.load` builds (both halves and the
 cross-encoder; a sharded hybrid index's dense half searches the shard deployments).
 
 The front's calls to the shards prefer shard replicas on its own node too (`remote_shards`).
@@ -86,14 +87,20 @@ class RetrieverReplica:
     Args:
         spec: the checked index (`resolve_served_index`); loaded here, in the constructor.
         settings: the server's limits and batching.
+        page_access: also serve `POST /access` (`server.access`) over the index's corpus; its title
+            table is built here, after the index, as `verl-search serve` builds it.
         shards: Serve handles of the shard deployments (sharded dense index), none otherwise.
     """
 
-    def __init__(self, spec: IndexSpec, settings: ServerSettings, *shards):
+    def __init__(self, spec: IndexSpec, settings: ServerSettings, page_access: bool, *shards):
+        from verl_search.retrieval.pages import PageLookup
+        from verl_search.server.access import CorpusPages
+
         retriever = spec.load(remote_shards(list(shards)) if shards else None)
         freeze_loaded(retriever)
+        pages = CorpusPages(PageLookup.open(spec.load_corpus())) if page_access else None
         self.retrieval_app = create_app(retriever, settings, fingerprint=spec.fingerprint(),  # `app` is Serve's
-                                        health_extras=replicas_up)
+                                        health_extras=replicas_up, pages=pages)
 
     def __serve_build_asgi_app__(self):
         return self.retrieval_app
@@ -122,8 +129,9 @@ class ShardReplica:
             return self.shard.search(vectors, topk)
 
 
-def build_application(spec: IndexSpec, settings: ServerSettings, options: RayOptions):
+def build_application(spec: IndexSpec, settings: ServerSettings, options: RayOptions, page_access: bool = True):
     """The Serve application: the front deployment, bound to one deployment per shard if any.
+    `page_access`: the front replicas also serve `POST /access` (default on, as `verl-search serve`).
 
     Raises:
         ValueError: `replicas < 0`.
@@ -141,7 +149,7 @@ def build_application(spec: IndexSpec, settings: ServerSettings, options: RayOpt
         for i in range(len(sharded))
     ]
     front = serve.deployment(RetrieverReplica, name="retriever", max_ongoing_requests=MAX_ONGOING_REQUESTS, **common)
-    return front.bind(spec, settings, *shards)
+    return front.bind(spec, settings, page_access, *shards)
 
 
 def deploy(options: ServeOptions, settings: ServerSettings, ray_options: RayOptions, route_prefix: str = "/",
@@ -158,14 +166,15 @@ def deploy(options: ServeOptions, settings: ServerSettings, ray_options: RayOpti
             `resolve_served_index(options)` (the index's own retriever, default fusion, no reranker).
 
     Returns:
-        the base URL, e.g. `http://127.0.0.1:8000` (`/retrieve`, `/health` and `/docs` under it).
+        the base URL, e.g. `http://127.0.0.1:8000` (`/retrieve`, `/health`, `/docs` and, unless
+        `options.page_access` is off, `/access` under it).
 
     Raises:
         FileNotFoundError, ValueError: see `resolve_served_index`; RuntimeError: a replica failed to start.
     """
     spec = resolve_served_index(options) if spec is None else spec
     serve.start(proxy_location="EveryNode", http_options={"host": options.host, "port": options.port})
-    serve.run(build_application(spec, settings, ray_options), name=ray_options.app_name, route_prefix=route_prefix)
+    serve.run(build_application(spec, settings, ray_options, options.page_access), name=ray_options.app_name, route_prefix=route_prefix)
     url = f"http://{'127.0.0.1' if options.host in ('0.0.0.0', '::') else options.host}:{options.port}"
     url += route_prefix.rstrip("/")
     health = wait_until_ready(url, timeout=120.0)
