@@ -16,3 +16,15 @@ def hybrid_index(index_root, dense_index, minilm_path):
         build_index(MINI_CORPUS, out, BuildOptions(retriever="hybrid", encoder=minilm_path, from_faiss=str(dense_index),
                                                    overwrite=True))
     return out
+
+
+@pytest.fixture(scope="session")
+def sharded_hybrid_index(index_root, dense_index, minilm_path):
+    """`hybrid_index` with its dense half split into 2 Flat shards (`index build --retriever hybrid --shards 2`)."""
+    from verl_search.retrieval.index_builder import BuildOptions, build_index
+
+    out = index_root / "mini_hybrid_minilm_2shards"
+    if not (out / "manifest.json").is_file():
+        build_index(MINI_CORPUS, out, BuildOptions(retriever="hybrid", encoder=minilm_path, shards=2,
+                                                   from_faiss=str(dense_index), overwrite=True))
+    return out

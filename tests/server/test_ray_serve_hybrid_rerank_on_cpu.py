@@ -15,10 +15,8 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray import serve  # noqa: E402
 
-from tests.conftest import MINI_CORPUS  # noqa: E402
 from tests.server import peer_clients  # noqa: E402
 from verl_search.retrieval.base import Passage  # noqa: E402
-from verl_search.retrieval.index_builder import BuildOptions, build_index  # noqa: E402
 from verl_search.retrieval.loader import resolve_index  # noqa: E402
 from verl_search.retrieval.rerank import pair_text  # noqa: E402
 from verl_search.server.schemas import RetrieveResponse  # noqa: E402
@@ -114,17 +112,14 @@ def test_bad_requests_get_4xx(ray_server):
     assert len(httpx.post(url, json={"queries": [QUERIES[0]], "topk": 8}, timeout=60).json()["result"][0]) == 8
 
 
-def test_a_sharded_hybrid_index_searches_the_shards_it_is_given(index_root, dense_index, minilm_path, hybrid_retriever):
+def test_a_sharded_hybrid_index_searches_the_shards_it_is_given(sharded_hybrid_index, hybrid_retriever):
     """`IndexSpec.load(search_shards)`, as a Ray front replica calls it with Serve handles
     (`ray_serve.remote_shards`): the dense half of a sharded hybrid index searches through that fan-out
-    (here a recording one over the shards in this process) and the fused hits equal the unsharded index's."""
+    (here a recording one over the shards in this process, so the batch's calls can be counted; on real
+    shard deployments: tests/server/test_ray_serve_on_cpu.py) and the fused hits equal the unsharded index's."""
     from verl_search.retrieval.shards import ShardedDenseRetriever
 
-    out = index_root / "mini_hybrid_minilm_2shards"
-    if not (out / "manifest.json").is_file():
-        build_index(MINI_CORPUS, out, BuildOptions(retriever="hybrid", encoder=minilm_path, shards=2,
-                                                   from_faiss=str(dense_index), overwrite=True))
-    spec = resolve_index(out)
+    spec = resolve_index(sharded_hybrid_index)
     in_process = ShardedDenseRetriever.in_process([spec.load_shard(i) for i in range(len(spec.shards))])
     calls = []
 

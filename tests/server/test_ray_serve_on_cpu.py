@@ -5,7 +5,9 @@
   64 concurrent tool-client callers costs no failed call (client retries + Serve's restart).
 - `/sharded`: a 2-shard dense (Flat) index: 2 shard deployments + a front that encodes and merges;
   its hits equal the unsharded index's, scores and ids.
-- Both apps answer `POST /access` (page access) as the plain server does.
+- `/hybrid`: a hybrid index (BM25 + MiniLM) whose dense half is 2 shards: 2 shard deployments + a front that
+  fuses BM25 with the shards' merged top-k; its hits equal the unsharded hybrid index's.
+- The apps answer `POST /access` (page access) as the plain server does.
 - `/`: `serve --ray` run as a command, joining this Ray instance by its address (`--no-page-access`: no
   `/access` route).
 """
@@ -45,12 +47,13 @@ def sharded_index(index_root, dense_index, minilm_path):
 
 
 @pytest.fixture(scope="module")
-def cluster(bm25_index, sharded_index):
-    """A local Ray instance (4 logical CPUs) with Serve on a free port: BM25 x2 at /bm25, the
-    sharded dense index at /sharded. Yields `{name: base URL, "port": Serve's port, "address": Ray's}`."""
+def cluster(bm25_index, sharded_index, sharded_hybrid_index):
+    """A local Ray instance (6 logical CPUs) with Serve on a free port: BM25 x2 at /bm25, the
+    sharded dense index at /sharded, the sharded hybrid index at /hybrid.
+    Yields `{name: base URL, "port": Serve's port, "address": Ray's}`."""
     from verl_search.server.ray_serve import deploy
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False, configure_logging=False)
     port = free_port()
     try:
         urls = {
@@ -58,6 +61,8 @@ def cluster(bm25_index, sharded_index):
                            RayOptions(ray=True, replicas=2, num_cpus=0.5, app_name="bm25"), route_prefix="/bm25"),
             "sharded": deploy(ServeOptions(index=str(sharded_index), port=port), ServerSettings(),
                               RayOptions(ray=True, replicas=1, num_cpus=0.5, app_name="sharded"), route_prefix="/sharded"),
+            "hybrid": deploy(ServeOptions(index=str(sharded_hybrid_index), port=port), ServerSettings(),
+                             RayOptions(ray=True, replicas=1, num_cpus=0.5, app_name="hybrid"), route_prefix="/hybrid"),
             "port": port,
             "address": ray.get_runtime_context().gcs_address,
         }
@@ -103,7 +108,7 @@ def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stop
     assert "cli" not in serve.status().applications and "bm25" in serve.status().applications
 
 
-@pytest.mark.parametrize("app", ["bm25", "sharded"])
+@pytest.mark.parametrize("app", ["bm25", "sharded", "hybrid"])
 def test_page_access_answers_as_the_plain_server(cluster, app, bm25_retriever):
     from verl_search.retrieval.corpus import JsonlCorpus
     from verl_search.retrieval.pages import PageLookup
@@ -159,6 +164,19 @@ def test_sharded_index_equals_unsharded_scores_and_ids(cluster, dense_retriever)
     assert [[h["document"]["id"] for h in hits] for hits in result] == [[h.passage.id for h in hits] for hits in expected]
     # scores to float32 precision, not bit for bit: the replica encodes the queries in another process, whose torch
     # may use another thread count (Ray actors get OMP_NUM_THREADS=1), so GEMMs round differently in the last bit
+    got = [h["score"] for hits in result for h in hits]
+    assert got == pytest.approx([h.score for hits in expected for h in hits], rel=1e-5, abs=1e-6)
+
+
+def test_sharded_hybrid_index_on_shard_deployments_equals_the_unsharded_hybrid(cluster, hybrid_index):
+    from verl_search.retrieval.loader import resolve_index
+
+    health = httpx.get(f"{cluster['hybrid']}/health", timeout=30).json()
+    assert health["retriever"] == "hybrid" and health["replicas"] == {"retriever": 1, "shard-0": 1, "shard-1": 1}
+    body = {"queries": QUESTIONS + [""], "topk": 5, "return_scores": True}
+    result = httpx.post(f"{cluster['hybrid']}/retrieve", json=body, timeout=60).json()["result"]
+    expected = resolve_index(hybrid_index).load().search(QUESTIONS + [""], 5)
+    assert [[h["document"]["id"] for h in hits] for hits in result] == [[h.passage.id for h in hits] for hits in expected]
     got = [h["score"] for hits in result for h in hits]
     assert got == pytest.approx([h.score for hits in expected for h in hits], rel=1e-5, abs=1e-6)
 
