@@ -94,7 +94,8 @@ def test_the_export_keeps_what_backs_the_report_and_no_model(runs):
     for path in ("report.md", "report.json", "curves.png", "grpo/metrics.jsonl", "grpo/train.log",
                  "cold_start/metrics.jsonl", "cold_start/sft.log", "eval/grpo/trajectories.jsonl", "stages/grpo.json"):
         assert (export / path).is_file() or (export / f"{path}.gz").is_file(), path
-    assert list((export / "grpo" / "rollouts").glob("*.jsonl")), "the last step's rollouts are kept"
+    kept = sorted(p.name for p in (export / "grpo" / "rollouts").glob("*.jsonl"))
+    assert kept and kept == sorted(p.name for p in (runs["out"] / "grpo" / "rollouts").glob("*.jsonl")), kept
     assert not list(export.rglob("*.safetensors")) and not list(export.rglob("*.pt"))
 
 

@@ -61,7 +61,8 @@ def fitted_model(tiny_qwen, folder: Path, protocol: str, count: int) -> tuple[Pa
     write_parquet(source[:count], folder / "train.parquet")
     schema = yaml.safe_load(Path(config_path("tool")).read_text())["tools"][0]["tool_schema"]
     cache = os.environ.get("VERL_SEARCH_TEST_CACHE")
-    key = hashlib.sha256(json.dumps([protocol, MOVES[protocol], WEIGHTS, FIT_STEPS, source, schema]).encode()).hexdigest()[:16]
+    fit = [protocol, MOVES[protocol], WEIGHTS, FIT_STEPS, source, schema]
+    key = hashlib.sha256(json.dumps(fit).encode()).hexdigest()[:16]
     model = Path(cache) / f"answering_{protocol}_{key}" if cache else folder / "model"
     if not (model / "fitted.json").is_file():
         partial = model.with_name(model.name + ".partial")

@@ -280,14 +280,15 @@ COMPRESS_ABOVE = 1_000_000
 
 
 def export_run(out: Path, dest: Path) -> list[Path]:
-    """Copy the files of run folder `out` that back its report (`KEPT`, plus the GRPO rollouts of
-    the last step) into `dest`, without the index, checkpoints or models; return the files written.
-    Files over `COMPRESS_ABOVE` bytes are gzip-compressed."""
+    """Copy the files of run folder `out` that back its report (`KEPT`, plus every GRPO step's
+    rollouts, about 26 KB per step of 4 x 4, which the report's per-step signal table reads) into
+    `dest`, without the index, checkpoints or models; return the files written. Files over
+    `COMPRESS_ABOVE` bytes are gzip-compressed."""
     import gzip
     import shutil
 
-    rollouts = sorted((out / "grpo" / "rollouts").glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
-    sources = sorted({p for pattern in KEPT for p in out.glob(pattern) if p.is_file()} | set(rollouts[-1:]))
+    rollouts = set((out / "grpo" / "rollouts").glob("*.jsonl"))
+    sources = sorted({p for pattern in KEPT for p in out.glob(pattern) if p.is_file()} | rollouts)
     written = []
     for source in sources:
         target = dest / source.relative_to(out)

@@ -17,9 +17,10 @@ part) plus the front deployment, which encodes each batch once, fans out to the 
 Serve handles and merges the top-k (`retrieval.shards.ShardedDenseRetriever`).
 
 `POST /access` (page access, `server.access`) is served by every front replica, from the corpus it
-loaded with the index, unless `--no-page-access`. A hybrid index (`--retriever`, the fusion flags) and the
-rerank stage (`--reranker`) are served as without `--ray`: every front replica loads what `IndexSpec.load` builds (both halves and the
-cross-encoder; a sharded hybrid index's dense half searches the shard deployments).
+loaded with the index, unless `--no-page-access`. A hybrid index (`--retriever`, the fusion flags)
+and the rerank stage (`--reranker`) are served as without `--ray`: every front replica loads what
+`IndexSpec.load` builds (both halves and the cross-encoder; a sharded hybrid index's dense half
+searches the shard deployments).
 
 The front's calls to the shards prefer shard replicas on its own node too (`remote_shards`).
 
@@ -174,7 +175,8 @@ def deploy(options: ServeOptions, settings: ServerSettings, ray_options: RayOpti
     """
     spec = resolve_served_index(options) if spec is None else spec
     serve.start(proxy_location="EveryNode", http_options={"host": options.host, "port": options.port})
-    serve.run(build_application(spec, settings, ray_options, options.page_access), name=ray_options.app_name, route_prefix=route_prefix)
+    application = build_application(spec, settings, ray_options, options.page_access)
+    serve.run(application, name=ray_options.app_name, route_prefix=route_prefix)
     url = f"http://{'127.0.0.1' if options.host in ('0.0.0.0', '::') else options.host}:{options.port}"
     url += route_prefix.rstrip("/")
     health = wait_until_ready(url, timeout=120.0)
