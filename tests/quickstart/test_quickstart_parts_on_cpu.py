@@ -230,3 +230,13 @@ def test_the_test_split_covers_every_source_and_never_meets_training():
     assert not {r["extra_info"]["id"] for r in test} & {r["extra_info"]["id"] for r in train}
     assert [r["extra_info"]["index"] for r in test] == list(range(len(test)))
     assert split_rows("test", 102) == test  # fixed
+
+
+def test_a_source_short_of_its_share_is_named(caplog):
+    from verl_search.quickstart.data import split_rows
+
+    rows = split_rows("test", 150)  # 50 per source; the test split holds 40 hotpotqa and 40 musique questions
+    counts = {source: sum(r["data_source"] == source for r in rows) for source in ("2wiki", "hotpotqa", "musique")}
+    assert counts == {"2wiki": 50, "hotpotqa": 40, "musique": 40}
+    named = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(named) == 2 and "40 hotpotqa questions" in named[0] and "40 musique questions" in named[1], named

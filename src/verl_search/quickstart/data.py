@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 DATASET = "mini-wiki"
 
@@ -22,7 +25,8 @@ def split_rows(split: str, questions: int | None = None, seed: int = 0) -> list[
     Args:
         split: `train` or `test`.
         questions: keep about this many, spread evenly over the data sources (`ceil(questions /
-            sources)` per source, a sample fixed by `seed`; a smaller source gives all it has);
+            sources)` per source, a sample fixed by `seed`; a smaller source gives all it has, with a
+            warning naming it);
             `None` keeps all.
 
     Raises:
@@ -37,6 +41,10 @@ def split_rows(split: str, questions: int | None = None, seed: int = 0) -> list[
     per_source = None if questions is None else max(1, math.ceil(questions / len(by_source)))
     rows: list[dict] = []
     for source in sorted(by_source):
+        if per_source is not None and len(by_source[source]) < per_source:
+            logger.warning("%s:%s holds %d %s questions, fewer than the %d per source that %d questions ask for: "
+                           "all %d are used", DATASET, split, len(by_source[source]), source, per_source, questions,
+                           len(by_source[source]))
         for example in sample_per_source(by_source[source], source, per_source, seed):
             rows.append(make_row(example, len(rows), split, source, "search_r1"))
     return rows
