@@ -28,3 +28,17 @@ def sharded_hybrid_index(index_root, dense_index, minilm_path):
         build_index(MINI_CORPUS, out, BuildOptions(retriever="hybrid", encoder=minilm_path, shards=2,
                                                    from_faiss=str(dense_index), overwrite=True))
     return out
+
+
+@pytest.fixture(scope="module")
+def pages_server(bm25_retriever):
+    """A plain uvicorn server (in a thread) over the BM25 mini index with `POST /access` on the mini corpus."""
+    from verl_search.retrieval.corpus import JsonlCorpus
+    from verl_search.retrieval.pages import PageLookup
+    from verl_search.server.access import CorpusPages
+    from verl_search.server.app import create_app
+    from verl_search.tools.local_server import ThreadServer
+
+    pages = CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))
+    with ThreadServer(create_app(bm25_retriever, pages=pages)) as server:
+        yield server

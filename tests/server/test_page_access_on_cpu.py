@@ -10,20 +10,11 @@ from tests.conftest import MINI_CORPUS
 from verl_search.retrieval.base import split_contents
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup, normalise_title
-from verl_search.server.access import CorpusPages
-from verl_search.server.app import create_app
-from verl_search.tools.local_server import SubprocessServer, ThreadServer
+from verl_search.tools.local_server import SubprocessServer
 
 
 def corpus_rows() -> list[dict]:
     return [json.loads(line) for line in MINI_CORPUS.open(encoding="utf-8")]
-
-
-@pytest.fixture(scope="module")
-def pages_server(bm25_retriever):
-    pages = CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))
-    with ThreadServer(create_app(bm25_retriever, pages=pages)) as server:
-        yield server
 
 
 def access(server, body):

@@ -109,24 +109,16 @@ def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stop
 
 
 @pytest.mark.parametrize("app", ["bm25", "sharded", "hybrid"])
-def test_page_access_answers_as_the_plain_server(cluster, app, bm25_retriever):
-    from verl_search.retrieval.corpus import JsonlCorpus
-    from verl_search.retrieval.pages import PageLookup
-    from verl_search.server.access import CorpusPages
-    from verl_search.server.app import create_app
-    from verl_search.tools.local_server import ThreadServer
-
+def test_page_access_answers_as_the_plain_server(cluster, app, pages_server):
     bodies = [{"ids": ["12", "9992"]}, {"titles": ["Al-Qaeda"]}, {"ids": ["99999"]}, {"ids": []}]
-    pages = CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))
-    with ThreadServer(create_app(bm25_retriever, pages=pages)) as plain:
-        for body in bodies:
-            served = httpx.post(f"{cluster[app]}/access", json=body, timeout=30)
-            expected = httpx.post(f"{plain.url}/access", json=body, timeout=30)
-            assert served.status_code == expected.status_code, (body, served.text)
-            if served.status_code == 200:
-                assert served.json() == expected.json(), body
-            else:
-                assert [d["loc"] for d in served.json()["detail"]] == [d["loc"] for d in expected.json()["detail"]]
+    for body in bodies:
+        served = httpx.post(f"{cluster[app]}/access", json=body, timeout=30)
+        expected = httpx.post(f"{pages_server.url}/access", json=body, timeout=30)
+        assert served.status_code == expected.status_code, (body, served.text)
+        if served.status_code == 200:
+            assert served.json() == expected.json(), body
+        else:
+            assert [d["loc"] for d in served.json()["detail"]] == [d["loc"] for d in expected.json()["detail"]]
     assert "/access" in httpx.get(f"{cluster[app]}/openapi.json", timeout=30).json()["paths"]
 
 

@@ -39,7 +39,6 @@ REWARD = Path(__file__).with_name("varied_reward.py")
 # 1.3e-6 / 9.5e-7 at GRPO steps 1 / 2 (step 2 after an update that changed the actor), 9.5e-7 at PPO steps 1-3
 # (step 3 resumed); 2.3-3.5e-4 without the patch
 ROLLOUT_PROBS_TOLERANCE = 1e-4
-RESUMED = {"grpo_tool", "ppo_search_r1"}  # 2 steps, then the same command with 3 steps: it resumes from step 2
 # The PPO recipe samples with top_p 0.95. vLLM's log-probs (verl's logprobs_mode=processed_logprobs) are taken after
 # the top-p filter, renormalised over the nucleus (vllm/v1/sample/ops/topk_topp_sampler.py); the trainer's are not:
 # verl's diff would then measure the nucleus (up to 1 - p of a token with p >= 0.95), not the engine or the sync
@@ -79,8 +78,8 @@ def test_cpu_settings_default_and_user_values_win():
 
 @pytest.fixture(scope="module", params=sorted(RECIPES))
 def run(request, tiny_qwen_hd64, data, bm25_server, tmp_path_factory):  # noqa: F811
-    """Two steps of `verl-search train RECIPE --cpu` with rollout.name=vllm; for a recipe in
-    `RESUMED`, then the same command with three steps (it resumes). Wall times printed."""
+    """Two steps of `verl-search train RECIPE --cpu` with rollout.name=vllm, then the same command with
+    three steps (it resumes from the step-2 checkpoint). Wall times printed."""
     from verl_search.verl_config.shipped import config_path
     from tests.training.searching_model import make_searching_model
 
@@ -98,12 +97,10 @@ def run(request, tiny_qwen_hd64, data, bm25_server, tmp_path_factory):  # noqa: 
     wall = time.perf_counter() - started
     print(f"vllm {request.param}: 2 steps in {wall:.0f} s")
     assert first["code"] == 0, first["log"][-6000:]
-    resumed = None
-    if request.param in RESUMED:
-        started = time.perf_counter()
-        resumed = train(recipe, model, data[protocol], url, out, steps=3, extra=extra)
-        print(f"vllm {request.param}: resumed for step 3 in {time.perf_counter() - started:.0f} s")
-        assert resumed["code"] == 0, resumed["log"][-6000:]
+    started = time.perf_counter()
+    resumed = train(recipe, model, data[protocol], url, out, steps=3, extra=extra)
+    print(f"vllm {request.param}: resumed for step 3 in {time.perf_counter() - started:.0f} s")
+    assert resumed["code"] == 0, resumed["log"][-6000:]
     return {"name": request.param, "protocol": protocol, "out": out, "wall_s": wall, "resumed": resumed, **first}
 
 
@@ -168,8 +165,6 @@ def test_the_critic_trains_with_a_finite_value_loss(run):
 
 
 def test_a_resumed_run_continues_from_the_checkpoint_on_a_synced_vllm(run):
-    if run["resumed"] is None:
-        pytest.skip("this recipe resumes under the transformers rollout only (test_train_on_cpu.py)")
     resumed, ckpt = run["resumed"], run["out"] / "ckpt"
     assert sorted(resumed["metrics"]) == [3], sorted(resumed["metrics"])
     critic = run["name"] == "ppo_search_r1"
