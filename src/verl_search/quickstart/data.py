@@ -48,3 +48,12 @@ def split_rows(split: str, questions: int | None = None, seed: int = 0) -> list[
         for example in sample_per_source(by_source[source], source, per_source, seed):
             rows.append(make_row(example, len(rows), split, source, "search_r1"))
     return rows
+
+
+def write_split(train_file: Path, test_file: Path, test_questions: int | None, seed: int = 0) -> None:
+    """Write `mini-wiki:train` (every question) to `train_file` and about `test_questions` of
+    `mini-wiki:test` to `test_file` as verl parquet files (`split_rows`)."""
+    from verl_search.data.preprocess import write_parquet
+
+    write_parquet(split_rows("train", seed=seed), train_file)
+    write_parquet(split_rows("test", test_questions, seed), test_file)

@@ -72,10 +72,11 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
         f"actor_rollout_ref.model.path={model}", f"data.train_files={train_file}", f"data.val_files={val_file}",
         f"data.train_batch_size={prompts_per_step}", f"{rollout}.n={group_size}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts_per_step}",
-        # micro-batches of 2: a 49k-token vocabulary makes the logits the peak of memory
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
-        f"{rollout}.log_prob_micro_batch_size_per_gpu=2",
+        # one trajectory per micro-batch: with a 49k-token vocabulary the logits (and their log-softmax and
+        # gradient) are the actor's peak of memory, about 0.2 GB per 1,000 tokens each
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        f"{rollout}.log_prob_micro_batch_size_per_gpu=1",
         f"actor_rollout_ref.actor.use_kl_loss={str(kl).lower()}",  # without it there is no reference model
         f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
         f"data.max_prompt_length={protocol.prompt_length}", f"data.max_response_length={protocol.response_length}",

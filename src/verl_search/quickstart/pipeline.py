@@ -11,6 +11,9 @@
 | `eval_grpo` | `eval/grpo/` | grpo |
 | `report` | `report.md`, `report.json`, `curves.png` | every evaluation |
 
+Memory: each stage runs in a child process of its own (or launches one), so the command's own process
+stays small while verl's trainer and vLLM run; the vLLM KV cache is `KVCACHE_SPACE_GIB`.
+
 Resume: `stages/NAME.json` records a stage's fingerprint (the options its output depends on, and
 its inputs' fingerprints), its status and its seconds. A finished stage with the same fingerprint
 is skipped; an unfinished one is run again and resumes where it stopped (an evaluation skips the
@@ -31,10 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
+from verl_search.runtime.child import in_child
 
 logger = logging.getLogger(__name__)
 
 PROTOCOL_KEYS = ("max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens", "temperature")
+KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+KVCACHE_SPACE_GIB = 1
+"""The quickstart's vLLM KV cache (GiB) where `VLLM_CPU_KVCACHE_SPACE` is unset: about 23,000 tokens of
+SmolLM2-135M in fp32, room for a GRPO step's 16 trajectories, half of `train --cpu`'s 2 GiB default
+(`training.vllm_cpu.DEFAULT_KVCACHE_SPACE_GIB`); every evaluation and GRPO read it from the environment."""
 
 
 @dataclass
@@ -213,33 +222,28 @@ class Quickstart:
 
     def build_index(self) -> None:
         from verl_search.quickstart.data import corpus_path
-        from verl_search.retrieval.index_builder import BuildOptions, build_index
+        from verl_search.retrieval.index_builder import BuildOptions
 
-        build_index(corpus_path(), self.index, BuildOptions(retriever="bm25", overwrite=True))
+        in_child("verl_search.retrieval.index_builder:build_index", corpus_path(), self.index,
+                 BuildOptions(retriever="bm25", overwrite=True))
 
     def write_data(self) -> None:
-        from verl_search.data.preprocess import write_parquet
-        from verl_search.quickstart.data import split_rows
-
-        write_parquet(split_rows("train", seed=self.options.seed), self.train_file)
-        write_parquet(split_rows("test", self.options.test_questions, self.options.seed), self.test_file)
+        in_child("verl_search.quickstart.data:write_split", self.train_file, self.test_file,
+                 self.options.test_questions, self.options.seed)
 
     def base_model(self) -> str:
-        """`--model` as a Hugging Face folder (SmolLM2's GGUF is converted once)."""
-        from verl_search.generation.models import load_causal_lm
+        """`--model` as a Hugging Face folder (SmolLM2's GGUF is converted once, in a child process)."""
+        from verl_search.generation.models import model_folder
 
-        return load_causal_lm(self.options.model)[2]
+        return in_child(model_folder, self.options.model)
 
     def evaluate(self, name: str, model) -> None:
-        from verl_search.eval.harness import run_eval
-
-        run_eval(for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name))
+        options = for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name)
+        in_child("verl_search.eval.harness:run_eval", options)
 
     def cold_start(self) -> None:
-        from verl_search.quickstart.cold_start import run_cold_start
-
-        run_cold_start(self.base_model(), self.index, self.train_file, self.out / "cold_start", self.options,
-                       response_length(self.options))
+        in_child("verl_search.quickstart.cold_start:run_cold_start", self.base_model(), self.index, self.train_file,
+                 self.out / "cold_start", self.options, response_length(self.options))
 
     def grpo(self) -> None:
         from verl_search.quickstart.grpo import grpo_overrides, run_grpo
@@ -307,11 +311,18 @@ def run_quickstart(options: QuickstartOptions) -> dict:
     """Run (or resume) every stage, write the report and, with `options.export`, export the run;
     return the report (`report.json`).
 
+    Every stage but the report runs in a child process (`runtime.child.in_child`) or launches one, so
+    that this process holds none of verl, torch or Ray while training runs. Sets `VLLM_CPU_KVCACHE_SPACE`
+    to `KVCACHE_SPACE_GIB` where it is unset.
+
     Raises:
         ValueError: `options.out` holds a run made with other options (see `needs_run`).
         FileNotFoundError: the recipe or the model does not exist.
         RuntimeError: a trainer failed (the message names its log).
     """
+    if KVCACHE_ENV not in os.environ:  # read by the evaluations' and GRPO's vLLM servers, all child processes
+        os.environ[KVCACHE_ENV] = str(KVCACHE_SPACE_GIB)
+        logger.info("vLLM's CPU KV cache: %s GiB (set %s to change it)", KVCACHE_SPACE_GIB, KVCACHE_ENV)
     run = Quickstart(options)
     run.out.mkdir(parents=True, exist_ok=True)
     timings = run_stages(run.stages(), options)
