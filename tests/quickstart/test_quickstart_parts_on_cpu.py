@@ -164,7 +164,7 @@ def test_never_started_stage_needs_a_run(tmp_path):
 
 # --- options shared by training and evaluation ---------------------------------------------------
 
-def test_training_and_every_evaluation_read_one_protocol(tmp_path):
+def test_training_and_every_evaluation_read_one_protocol(tmp_path, tiny_qwen):
     from verl_search.quickstart.grpo import grpo_overrides
 
     options = QuickstartOptions(max_turns=3, topk=4, max_tokens_per_turn=50, max_obs_tokens=70, temperature=0.0)
@@ -174,8 +174,8 @@ def test_training_and_every_evaluation_read_one_protocol(tmp_path):
     trained = for_model(protocol, str(tmp_path / "hf"), tmp_path / "t.parquet", tmp_path / "e2")
     keys = ("max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens", "temperature", "response_length")
     assert [getattr(untrained, k) for k in keys] == [getattr(trained, k) for k in keys] == [3, 4, 50, 70, 0.0, 410]
-    overrides = grpo_overrides(protocol, model="m", train_file=tmp_path / "a", val_file=tmp_path / "b", out=tmp_path,
-                               steps=2, prompts_per_step=4, group_size=4, lr=1e-5, kl=False)
+    overrides = grpo_overrides(protocol, model=str(tiny_qwen), train_file=tmp_path / "a", val_file=tmp_path / "b",
+                               out=tmp_path, steps=2, prompts_per_step=4, group_size=4, lr=1e-5, kl=False)
     assert "actor_rollout_ref.rollout.response_length=410" in overrides
     assert "actor_rollout_ref.rollout.val_kwargs.temperature=0.0" in overrides
     import yaml
@@ -187,14 +187,33 @@ def test_training_and_every_evaluation_read_one_protocol(tmp_path):
 
 
 @pytest.mark.parametrize("engine, rollout", [("vllm", "vllm"), ("transformers", "verl_search_cpu")])
-def test_every_evaluation_and_grpo_roll_out_on_one_engine(tmp_path, engine, rollout):
+def test_every_evaluation_and_grpo_roll_out_on_one_engine(tmp_path, tiny_qwen, engine, rollout):
     from verl_search.quickstart.grpo import grpo_overrides
 
     protocol = protocol_options(QuickstartOptions(), tmp_path / "index", engine)
     assert for_model(protocol, "m", tmp_path / "t.parquet", tmp_path / "e").engine == engine
-    overrides = grpo_overrides(protocol, model="m", train_file=tmp_path / "a", val_file=tmp_path / "b", out=tmp_path,
-                               steps=1, prompts_per_step=2, group_size=2, lr=1e-5, kl=False)
+    overrides = grpo_overrides(protocol, model=str(tiny_qwen), train_file=tmp_path / "a", val_file=tmp_path / "b",
+                               out=tmp_path, steps=1, prompts_per_step=2, group_size=2, lr=1e-5, kl=False)
     assert f"actor_rollout_ref.rollout.name={rollout}" in overrides
+
+
+def test_the_weight_sync_bucket_holds_the_largest_tensor(tmp_path):
+    """verl refuses a tensor larger than its sync bucket; 2,048 MB (its default) would hold a small model whole."""
+    import json
+
+    from verl_search.quickstart.grpo import weight_bucket_megabytes
+
+    def bucket(**config):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        return weight_bucket_megabytes(folder)
+
+    assert bucket(vocab_size=49152, hidden_size=576, intermediate_size=1536) == 128  # SmolLM2-135M: 113 MB embedding
+    assert bucket(vocab_size=151936, hidden_size=896, intermediate_size=4864) == 576  # Qwen2.5-0.5B: 519 MiB
+    assert bucket(vocab_size=1000, hidden_size=64) == 128
+    with pytest.raises(FileNotFoundError):
+        weight_bucket_megabytes(tmp_path / "missing")
 
 
 def test_auto_engine_is_evals_choice(tmp_path):

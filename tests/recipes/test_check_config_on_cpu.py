@@ -179,3 +179,14 @@ def test_an_installed_engine_whose_verl_module_fails_is_a_problem(tiny_qwen, par
     problems = check_config(TOOL_RECIPE, overrides)
     assert len(problems) == 1 and "verl's fake_engine rollout does not import (ModuleNotFoundError" in problems[0]
     assert install_line("sglang") in problems[0]
+
+
+def test_train_stops_on_the_problems_its_check_found_in_a_child_process(tiny_qwen, parquet, caplog):
+    """`verl-search train` runs check-config in a child process (the launcher waits for the whole run and
+    keeps none of verl's imports); the problems come back and stop the launch."""
+    from verl_search import cli
+
+    overrides = stand_ins(tiny_qwen, parquet["tool"]) + ["actor_rollout_ref.rollout.no_such_key=1"]
+    with caplog.at_level(logging.ERROR, logger="verl_search"):
+        assert cli.main(["train", str(TOOL_RECIPE), "--cpu", *overrides]) == 1
+    assert "does not compose" in caplog.text and "not training" in caplog.text

@@ -62,6 +62,24 @@ def agent_loop_yaml(protocol: EvalOptions, path: Path) -> Path:
     return path
 
 
+def weight_bucket_megabytes(model: str | Path) -> int:
+    """verl's weight-sync bucket (`checkpoint_engine.update_weights_bucket_megabytes`, MB) for the model
+    folder `model`: its largest fp32 tensor (the embedding, `vocab_size x hidden_size`, or an MLP
+    projection), rounded up to 64 MB, at least 128 MB. verl's default, 2,048 MB, puts all of a small model
+    in one bucket: a whole extra copy of it on each side of the sync (0.5 GiB for SmolLM2-135M).
+
+    Raises:
+        FileNotFoundError: `model` has no `config.json`.
+    """
+    import json
+    import math
+
+    config = json.loads((Path(model) / "config.json").read_text())
+    hidden = config["hidden_size"]
+    largest = max(config["vocab_size"], config.get("intermediate_size", 0)) * hidden * 4
+    return max(128, 64 * math.ceil(largest / (64 << 20)))
+
+
 def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,
                    prompts_per_step: int, group_size: int, lr: float, kl: bool) -> list[str]:
     """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`, rolling out on
@@ -77,6 +95,10 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
         f"{rollout}.log_prob_micro_batch_size_per_gpu=1",
+        # and the entropy computed in chunks and recomputed in the backward pass, not kept (same values)
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking=true",
+        "actor_rollout_ref.actor.entropy_checkpointing=true",
+        f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes={weight_bucket_megabytes(model)}",
         f"actor_rollout_ref.actor.use_kl_loss={str(kl).lower()}",  # without it there is no reference model
         f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
         f"data.max_prompt_length={protocol.prompt_length}", f"data.max_response_length={protocol.response_length}",

@@ -1,0 +1,60 @@
+"""`runtime.child.in_child`: the call runs in another process that imports what it needs by name, its result
+and its errors come back, it logs as the entry points do, and it does not outlive a killed parent."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+from verl_search.runtime.child import in_child
+
+TARGETS = "tests.runtime.child_targets"
+
+
+def test_the_call_runs_in_another_process_that_alone_imports_its_module(capfd):
+    pid = in_child(f"{TARGETS}:pid_and_logs", "hello from the child")
+    assert pid != os.getpid()
+    assert TARGETS not in sys.modules  # named, not imported here
+    # the entry points' logging (`exits.LOG_FORMAT`) in the child, on this process's stderr
+    assert "INFO verl_search.tests.child: hello from the child" in capfd.readouterr().err
+
+
+def test_a_module_level_function_is_accepted():
+    assert in_child(os.getpid) != os.getpid()
+
+
+def test_the_childs_error_is_raised_here():
+    with pytest.raises(ValueError, match="value 3 is refused"):
+        in_child(f"{TARGETS}:fails", 3)
+
+
+def _alive(pid: int) -> bool:
+    """`pid` runs (an exited child nobody reaped yet, a zombie, counts as ended)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
+def test_a_killed_parent_takes_its_child_along(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    script = f"from verl_search.runtime.child import in_child; in_child('{TARGETS}:sleeps', {str(pid_file)!r}, 120)"
+    # its stderr to a file: the killed parent's multiprocessing resource tracker reports the queues it left
+    with open(tmp_path / "parent.log", "w") as log:
+        parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stderr=log)
+    deadline = time.monotonic() + 60
+    while not pid_file.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(child), "the child kept running after its parent was killed"
