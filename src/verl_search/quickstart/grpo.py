@@ -24,6 +24,12 @@ from verl_search.quickstart.progress import run_logged
 logger = logging.getLogger(__name__)
 
 URL_INTERPOLATION = '${oc.env:VERL_SEARCH_URL,"http://127.0.0.1:8000/retrieve"}'
+KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+GRPO_KVCACHE_SPACE_GIB = 1
+"""vLLM's KV cache (GiB) in the GRPO stage where `VLLM_CPU_KVCACHE_SPACE` is unset: 23,296 tokens of
+SmolLM2-135M in fp32, room for a step's 16 trajectories, while the trainer holds the actor beside it
+(`train --cpu` alone and the evaluations keep `training.vllm_cpu.DEFAULT_KVCACHE_SPACE_GIB`, 2: a batch of
+34 evaluation questions fills more than 1 GiB)."""
 #: the shipped GRPO recipe: package data, a link to examples/grpo_qwen2.5-3b-base_search_r1/config.yaml in a
 #: checkout (one file), copied into the wheel, so the quickstart runs from any directory
 RECIPE = "grpo_qwen2.5-3b-base_search_r1.yaml"
@@ -116,8 +122,9 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
 
 
 def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: int) -> Path:
-    """`verl-search train RECIPE --cpu --index INDEX OVERRIDES`, then verl's model merger on the
-    last checkpoint; return the merged Hugging Face folder (`out/hf`).
+    """`verl-search train RECIPE --cpu --index INDEX OVERRIDES` (vLLM's KV cache `GRPO_KVCACHE_SPACE_GIB`
+    where `VLLM_CPU_KVCACHE_SPACE` is unset), then verl's model merger on the last checkpoint; return the
+    merged Hugging Face folder (`out/hf`).
 
     Raises:
         FileNotFoundError: `recipe` does not exist.
@@ -128,7 +135,8 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
                                 "--recipe out for the shipped one")
     log, metrics = out / "train.log", out / "metrics.jsonl"
     command = [sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--index", str(index), *overrides]
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "RAY_DEDUP_LOGS": "0"}
+    env = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
+           "RAY_DEDUP_LOGS": "0"}
     code = run_logged(command, env, log, metrics, steps, "grpo")
     checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
     if code != 0 or not checkpoint.is_dir():

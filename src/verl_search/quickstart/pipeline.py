@@ -12,7 +12,7 @@
 | `report` | `report.md`, `report.json`, `curves.png` | every evaluation |
 
 Memory: each stage runs in a child process of its own (or launches one), so the command's own process
-stays small while verl's trainer and vLLM run; the vLLM KV cache is `KVCACHE_SPACE_GIB`.
+stays small while verl's trainer and vLLM run (GRPO's own settings: `quickstart.grpo`).
 
 Resume: `stages/NAME.json` records a stage's fingerprint (the options its output depends on, and
 its inputs' fingerprints), its status and its seconds. A finished stage with the same fingerprint
@@ -39,11 +39,6 @@ from verl_search.runtime.child import in_child
 logger = logging.getLogger(__name__)
 
 PROTOCOL_KEYS = ("max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens", "temperature")
-KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
-KVCACHE_SPACE_GIB = 1
-"""The quickstart's vLLM KV cache (GiB) where `VLLM_CPU_KVCACHE_SPACE` is unset: about 23,000 tokens of
-SmolLM2-135M in fp32, room for a GRPO step's 16 trajectories, half of `train --cpu`'s 2 GiB default
-(`training.vllm_cpu.DEFAULT_KVCACHE_SPACE_GIB`); every evaluation and GRPO read it from the environment."""
 
 
 @dataclass
@@ -312,17 +307,13 @@ def run_quickstart(options: QuickstartOptions) -> dict:
     return the report (`report.json`).
 
     Every stage but the report runs in a child process (`runtime.child.in_child`) or launches one, so
-    that this process holds none of verl, torch or Ray while training runs. Sets `VLLM_CPU_KVCACHE_SPACE`
-    to `KVCACHE_SPACE_GIB` where it is unset.
+    that this process holds none of verl, torch or Ray while training runs.
 
     Raises:
         ValueError: `options.out` holds a run made with other options (see `needs_run`).
         FileNotFoundError: the recipe or the model does not exist.
         RuntimeError: a trainer failed (the message names its log).
     """
-    if KVCACHE_ENV not in os.environ:  # read by the evaluations' and GRPO's vLLM servers, all child processes
-        os.environ[KVCACHE_ENV] = str(KVCACHE_SPACE_GIB)
-        logger.info("vLLM's CPU KV cache: %s GiB (set %s to change it)", KVCACHE_SPACE_GIB, KVCACHE_ENV)
     run = Quickstart(options)
     run.out.mkdir(parents=True, exist_ok=True)
     timings = run_stages(run.stages(), options)
