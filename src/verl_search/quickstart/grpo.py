@@ -30,10 +30,6 @@ GRPO_KVCACHE_SPACE_GIB = 1
 SmolLM2-135M in fp32, room for a step's 16 trajectories, while the trainer holds the actor beside it
 (`train --cpu` alone and the evaluations keep `training.vllm_cpu.DEFAULT_KVCACHE_SPACE_GIB`, 2: a batch of
 34 evaluation questions fills more than 1 GiB)."""
-GRPO_ENV_DEFAULTS = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), "MALLOC_ARENA_MAX": "2"}
-"""The GRPO stage's environment where unset: the KV cache above, and glibc's malloc limited to 2 arenas
-in every process of the run (Ray's workers have dozens of threads, each able to hold its own arena of
-freed memory; `mallopt(3)`)."""
 #: the shipped GRPO recipe: package data, a link to examples/grpo_qwen2.5-3b-base_search_r1/config.yaml in a
 #: checkout (one file), copied into the wheel, so the quickstart runs from any directory
 RECIPE = "grpo_qwen2.5-3b-base_search_r1.yaml"
@@ -126,7 +122,8 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
 
 
 def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: int) -> Path:
-    """`verl-search train RECIPE --cpu --index INDEX OVERRIDES` (with `GRPO_ENV_DEFAULTS` where unset), then verl's model merger on the last checkpoint; return the
+    """`verl-search train RECIPE --cpu --index INDEX OVERRIDES` (vLLM's KV cache `GRPO_KVCACHE_SPACE_GIB`
+    where `VLLM_CPU_KVCACHE_SPACE` is unset), then verl's model merger on the last checkpoint; return the
     merged Hugging Face folder (`out/hf`).
 
     Raises:
@@ -138,7 +135,8 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
                                 "--recipe out for the shipped one")
     log, metrics = out / "train.log", out / "metrics.jsonl"
     command = [sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--index", str(index), *overrides]
-    env = {**GRPO_ENV_DEFAULTS, **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "RAY_DEDUP_LOGS": "0"}
+    env = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
+           "RAY_DEDUP_LOGS": "0"}
     code = run_logged(command, env, log, metrics, steps, "grpo")
     checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
     if code != 0 or not checkpoint.is_dir():
