@@ -24,7 +24,6 @@ from verl_search.quickstart.progress import run_logged
 logger = logging.getLogger(__name__)
 
 URL_INTERPOLATION = '${oc.env:VERL_SEARCH_URL,"http://127.0.0.1:8000/retrieve"}'
-KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 GRPO_KVCACHE_SPACE_GIB = 1
 """vLLM's KV cache (GiB) in the GRPO stage where `VLLM_CPU_KVCACHE_SPACE` is unset: 23,296 tokens of
 SmolLM2-135M in fp32, room for a step's 16 trajectories, while the trainer holds the actor beside it
@@ -135,6 +134,8 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
                                 "--recipe out for the shipped one")
     log, metrics = out / "train.log", out / "metrics.jsonl"
     command = [sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--index", str(index), *overrides]
+    from verl_search.training.vllm_cpu import KVCACHE_ENV
+
     env = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
            "RAY_DEDUP_LOGS": "0"}
     code = run_logged(command, env, log, metrics, steps, "grpo")

