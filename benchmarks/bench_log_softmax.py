@@ -6,8 +6,8 @@ log-probs; verl's trainer recomputes them as `logit - torch.logsumexp(logits)`
 compares the two as probabilities. This prints, per kind of logit row, the largest and mean
 |exp(fp32 formula) - exp(float64 log_softmax)| of the top token for each formula:
 
-* `peaked`: the training test's tiny fitted Qwen2 (`tests/training/test_vllm_rollout_on_cpu.py`):
-  one token at 12.5, the other 151,664 around -5.3 (std 0.27), as measured on its logits;
+* `peaked`: a tiny Qwen2 fitted to search (`tests/training/searching_model.py`), as measured on its logits:
+  one token at 12.5, the other 151,664 around -5.3 (std 0.27);
 * `spread`: a spread distribution: N(0, 0.5) logits with one token at 13 (a real model's
   shape; SmolLM2's vocabulary of 49,152 and Qwen2.5's of 151,665).
 

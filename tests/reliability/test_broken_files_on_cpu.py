@@ -1,4 +1,4 @@
-"""Item 7 of issue 12: broken files on the real CLI (`python -m verl_search.server`, i.e.
+"""Broken files on the real CLI (`python -m verl_search.server`, i.e.
 `verl-search serve`, and `verl-search index build`): a truncated faiss file, a corpus shorter than
 the index, a missing offset table, a manifest from another encoder, and a full disk during a build
 (`RLIMIT_FSIZE` in the child, SIGXFSZ ignored, so writes fail with EFBIG). Each gives one clear

@@ -1,4 +1,4 @@
-"""Item 2 of issue 12: 256 concurrent single-query requests with distinct queries and different
+"""256 concurrent single-query requests with distinct queries and different
 `topk` values, coalesced by the real server over the real BM25 index (and 64 over the real dense
 MiniLM + faiss index: one MiniLM query costs ~0.2 s on 2 busy cores): each gets exactly the hits
 the in-process retriever gives for its own query alone (no mix-up between coalesced requests)."""

@@ -1,4 +1,4 @@
-"""Item 4 of issue 12: graceful drain on SIGTERM, on the real `python -m verl_search.server` process
+"""Graceful drain on SIGTERM, on the real `python -m verl_search.server` process
 (= `verl-search serve`) over the real dense index: requests in flight finish with 200, new ones get
 503 with `Retry-After`, `/health` says `draining`, and the process exits 0 within a bounded time."""
 

@@ -1,4 +1,4 @@
-"""Item 6 of issue 12: SIGKILL `verl-search eval` mid-run (a child process running the real CLI
+"""SIGKILL `verl-search eval` mid-run (a child process running the real CLI
 entry; `ScriptedLLM` stands in for the GPU engine, deterministic as greedy decoding is), rerun the
 same command: no question lost or duplicated in `trajectories.jsonl`, and the report equals an
 uninterrupted run's. Killed between batches (mid-rollout) and half-way through writing a batch."""
@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import MINI_QA, REPO
 
+pytestmark = pytest.mark.slow
 
 def eval_command(tiny_qwen, server, out, kill: str) -> list[str]:
     return [sys.executable, "-m", "tests.reliability.scripted_eval", str(tiny_qwen), kill, "--",

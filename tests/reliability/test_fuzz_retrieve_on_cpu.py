@@ -1,4 +1,4 @@
-"""Item 8 of issue 12: property-based fuzzing of `POST /retrieve` on a real uvicorn server over the
+"""Property-based fuzzing of `POST /retrieve` on a real uvicorn server over the
 real BM25 index. Random JSON, random UTF-8 (lone surrogates, NUL, 1 MB strings), random bytes and
 random headers: never a 5xx, the batch worker never dies, and a valid request is answered after."""
 

@@ -1,4 +1,4 @@
-"""Item 3 of issue 12: `verl-search eval` (run_eval, verl's AgentLoopWorker, one event loop for the
+"""`verl-search eval` (run_eval, verl's AgentLoopWorker, one event loop for the
 whole run, so one pooled aiohttp session) with `ScriptedLLM` standing in for the GPU engine,
 against the real `python -m verl_search.server` process. The server is SIGKILLed when the second
 of three batches starts and restarted on the same port when the third starts: every trajectory

@@ -1,4 +1,4 @@
-"""Item 5 of issue 12: a slow retriever (a test-only delay around the real BM25 retriever, served by
+"""A slow retriever (a test-only delay around the real BM25 retriever, served by
 the real app on uvicorn) against a 2 s deadline. The tool returns a flagged failure within the
 deadline + 0.5 s, the Search-R1 agent loop (verl's AgentLoopWorker; `ScriptedLLM` stands in for the
 GPU engine) goes on to answer, and requests whose client gave up are never searched."""

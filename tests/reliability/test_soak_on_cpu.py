@@ -1,4 +1,4 @@
-"""Item 1 of issue 12, CI variant: `benchmarks/soak_retrieval_server.py` (the 60 s soak's own code) run for
+"""CI variant of the soak: `benchmarks/soak_retrieval_server.py` (the 60 s soak's own code) run for
 8 s (and 768 requests at least) after a warm-up of 6 s and 768 requests at least, 256 concurrent aiohttp
 clients against the real dense server (about the 18 s of load of the old 10 s + 8 s variant when the
 machine is not busy; longer when it is, so that the trend is fitted over as many requests).
@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow
 BENCHMARK = REPO / "benchmarks" / "soak_retrieval_server.py"
 
 

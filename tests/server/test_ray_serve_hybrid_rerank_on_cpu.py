@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
 from ray import serve  # noqa: E402
 
 from tests.server import peer_clients  # noqa: E402

@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
 from ray import serve  # noqa: E402
 
 from verl_search.retrieval.index_builder import BuildOptions, build_index  # noqa: E402

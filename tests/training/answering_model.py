@@ -12,12 +12,16 @@ Everything after a search is the model's own noise.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 from tests.training.searching_model import QUERY, SEARCH_TURNS, _prompts
 
-RIGHT, WRONG = QUERY, "Steven Spielberg"
+RIGHT, WRONG = "Emma Thomas", "Steven Spielberg"
+"""The rows' gold answer and a wrong one; neither is the stand-in's search query (`QUERY`)."""
 MOVES = {
     "tool": {"search": SEARCH_TURNS["tool"], "right": f"<answer> {RIGHT} </answer><|im_end|>",
              "wrong": f"<answer> {WRONG} </answer><|im_end|>"},
@@ -41,11 +45,13 @@ def rows(source_rows: list[dict], count: int) -> list[dict]:
 
 
 def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], protocol: str,
-                         tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0) -> Path:
+                         tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0, lr: float = 3e-3) -> Path:
     """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `WEIGHTS`; returns `out`.
 
-    200 steps: the tool protocol's moves come out at about 0.30 : 0.37 : 0.18 (search : right : wrong) on
-    the first prompt; after 100 the search (30 tokens) had 0.09, and 16 samples held no search one run in 4.
+    200 steps, on the first prompt (search : right : wrong): tool protocol 0.30 : 0.37 : 0.18 on `tiny_qwen`,
+    0.34 : 0.39 : 0.19 on `tiny_qwen_hd64`; Search-R1 protocol 0.39 : 0.39 : 0.20 on `tiny_qwen_hd64` (with the
+    query inside `<search> ... </search>` on the tag's line it was 0.09 : 0.21 : 0.08: the tiny model did not
+    learn which tag a name follows two tokens back). After 100 steps the tool search (30 tokens) had 0.09.
 
     `out/fitted.json` holds each move's probability under the fitted model, per prompt.
     """
@@ -72,7 +78,7 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
         picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return (picked * mask[:, len(prompt):]).sum(-1)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     for step in range(steps):
         # the mixture's likelihood: every move of one prompt in each step, so no move is the last one seen
@@ -87,3 +93,37 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
     tokenizer.save_pretrained(out)
     (out / "fitted.json").write_text(json.dumps({"protocol": protocol, "steps": steps, "probabilities": probabilities}))
     return out
+
+
+def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count: int) -> tuple[Path, Path, Path]:
+    """(model fitted on the first 4 mini-wiki training rows' prompts, train parquet of the first `count` of those
+    rows, validation parquet of all 4), written under `folder`; every row's gold answer is `RIGHT`.
+
+    The fit is seeded; with `VERL_SEARCH_TEST_CACHE` set (CI sets it for its whole run), a fitted model is kept
+    there, keyed by the base model's config and everything the fit reads, and reused.
+    """
+    import yaml
+
+    from tests.conftest import MINI_QA
+    from verl_search.data.preprocess import Source, build_rows, write_parquet
+    from verl_search.verl_config.shipped import config_path
+
+    source = rows(build_rows([Source.parse(str(MINI_QA))], "train", protocol, max_per_source=2, seed=0), 4)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_parquet(source[:count], folder / "train.parquet")
+    write_parquet(source, folder / "val.parquet")
+    schema = yaml.safe_load(Path(config_path("tool")).read_text())["tools"][0]["tool_schema"]
+    cache = os.environ.get("VERL_SEARCH_TEST_CACHE")
+    fit = [protocol, MOVES[protocol], WEIGHTS, FIT_STEPS, source, schema,
+           json.loads((Path(base_folder) / "config.json").read_text())]
+    key = hashlib.sha256(json.dumps(fit, sort_keys=True).encode()).hexdigest()[:16]
+    model = Path(cache) / f"answering_{protocol}_{key}" if cache else folder / "model"
+    if not (model / "fitted.json").is_file():
+        partial = model.with_name(model.name + f".partial{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        make_answering_model(base_folder, partial, source, protocol, schema)
+        try:
+            partial.rename(model)
+        except OSError:  # fitted by another process meanwhile
+            shutil.rmtree(partial, ignore_errors=True)
+    return model, folder / "train.parquet", folder / "val.parquet"

@@ -6,9 +6,10 @@ to the batch it was computed on, with verl's own computations.
 * critic: the batch's `values` (verl's critic before the update) and, right after the critic's update,
   the critic's values on the same batch again (the batch's own `values` are put back afterwards).
 
-Each becomes JSON lines in `$VERL_SEARCH_TEST_PROBE`: per trajectory its TransferQueue key, response
-tokens (mask 1), score, advantage and summed log-probs before/after (actor), or its value loss
-`0.5 * mean((value - return)^2)` over mask-1 tokens before/after (critic). Nothing else changes.
+Measured at step 1 only (each measurement is one more pass over the batch); `$VERL_SEARCH_TEST_PROBE_STEPS`
+(comma-separated) names other steps. Each becomes JSON lines in `$VERL_SEARCH_TEST_PROBE`: per trajectory its TransferQueue key, response
+tokens (mask 1), score, advantage and summed log-probs before/after (actor), or its mean return, mean value
+and value loss `0.5 * mean((value - return)^2)` over mask-1 tokens before/after (critic). Nothing else changes.
 
 Loaded through verl's public hooks only: `VERL_USE_EXTERNAL_MODULES` imports this module (after the
 CPU plugin), `register_trainer` registers the class, `trainer.v1.trainer_mode=PROBE_TRAINER` picks it.
@@ -26,7 +27,12 @@ from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 from verl.workers.utils.padding import response_from_nested
 
 PROBE_ENV = "VERL_SEARCH_TEST_PROBE"
+PROBE_STEPS_ENV = "VERL_SEARCH_TEST_PROBE_STEPS"
 PROBE_TRAINER = "verl_search_probe"
+
+
+def _measured(step: int) -> bool:
+    return str(step) in os.environ.get(PROBE_STEPS_ENV, "1").split(",")
 
 
 def _rows(data, fields) -> dict[str, list[torch.Tensor]]:
@@ -44,6 +50,8 @@ class ProbeTrainer(PPOTrainerSync):
     """`PPOTrainerSync` that records each update's effect on its own batch (module docstring)."""
 
     def _update_actor(self, batch, metrics):
+        if not _measured(self.global_steps):
+            return super()._update_actor(batch, metrics)
         fields = ["old_log_probs", "advantages", "rm_scores", "response_mask", "responses"]
         before = _rows(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields), fields)
         batch = super()._update_actor(batch, metrics)
@@ -68,6 +76,8 @@ class ProbeTrainer(PPOTrainerSync):
         return batch
 
     def _update_critic(self, batch, metrics):
+        if not _measured(self.global_steps):
+            return super()._update_critic(batch, metrics)
         fields = ["values", "returns", "response_mask"]
         saved = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["values"])
         before = _rows(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields), fields)
@@ -81,8 +91,13 @@ class ProbeTrainer(PPOTrainerSync):
             m = before["response_mask"][i].bool()
             return float(0.5 * ((values[m] - before["returns"][i][m]) ** 2).mean())
 
+        def mean(values: torch.Tensor, i: int) -> float:
+            return float(values[before["response_mask"][i].bool()].mean())
+
         _write([{"kind": "critic", "step": self.global_steps, "key": key,
                  "tokens": int(before["response_mask"][i].sum()),
+                 "return": mean(before["returns"][i], i),
+                 "value_before": mean(before["values"][i], i), "value_after": mean(after[i], i),
                  "value_loss_before": loss(before["values"][i], i),
                  "value_loss_after": loss(after[i], i)} for i, key in enumerate(batch.keys)])
         return batch

@@ -15,7 +15,9 @@ from pathlib import Path
 QUERY = "Christopher Nolan"
 SEARCH_TURNS = {
     "tool": '<tool_call>\n{"name": "search", "arguments": {"query_list": ["' + QUERY + '"]}}\n</tool_call><|im_end|>',
-    "search_r1": f"<search> {QUERY} </search>",
+    # the query on a line of its own: every token of the turn then follows from the one before it ('>\n' is
+    # one token, '>' ends `<answer>`), which a 2-layer model fits in a few hundred steps (answering_model.py)
+    "search_r1": f"<search>\n{QUERY}\n</search>",
 }
 
 

