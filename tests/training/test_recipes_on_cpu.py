@@ -14,8 +14,8 @@ update fail. The behaviours covered here, once per recipe:
 
 * an update moves the policy toward the reward: after step 1's update, verl's `compute_log_prob` on the step's
   own batch gives rewarded samples a higher and unrewarded ones a lower log-probability on average, and the
-  objective the update ascends went up (`probe.py`); PPO: the critic's value loss on its batch falls, and the
-  values of rewarded samples rise more than those of unrewarded ones;
+  objective the update ascends went up (`probe.py`); PPO: the critic is fitted to returns that carry the reward
+  (about 1 on rewarded samples, 0 on the others), and its value loss on the step's batch falls;
 * the rollout engine serves the trainer's weights: the rollout's log-probs equal the trainer's (verl's
   `training/rollout_probs_diff_max`) at every step, after a changing update (GRPO's step 2) and after the resume;
 * a search ends the model's turn at the closing tag in the engine's own token ids, the observation follows,
@@ -145,22 +145,25 @@ def test_the_update_raises_rewarded_and_lowers_unrewarded_log_probs(run):
         assert sum(s["advantage"] * d for s, d in zip(samples, change(samples))) > 0, change(samples)
 
 
-def test_ppo_critic_values_move_toward_the_rewarded_returns(run):
+def test_ppo_critic_trains_toward_returns_that_carry_the_reward(run):
     if run["name"] != "ppo_search_r1":
         pytest.skip("GRPO has no critic")
     batch = [p for p in run["probe"] if p["kind"] == "critic" and p["step"] == 1]
     assert len(batch) == run["batch"], batch
+    # the returns the critic is fitted to carry the reward: about 1 on rewarded samples, about 0 on the others (the
+    # KL penalty is in the reward); a constant reward leaves no rewarded sample
+    scores = {p["key"]: p["score"] for p in step_samples(run)}
+    returns = lambda group: np.mean([p["return"] for p in group])  # noqa: E731
+    rewarded = [p for p in batch if scores[p["key"]] > 0]
+    unrewarded = [p for p in batch if scores[p["key"]] <= 0]
+    assert rewarded and unrewarded and returns(rewarded) - returns(unrewarded) > 0.5, [p["return"] for p in batch]
+    # and one update moves the values toward them: the value loss on the step's batch falls. (Which samples' values
+    # rise most is not a property of one update: the fresh value head moves every value together; in one CI run
+    # the unrewarded long samples rose more than the rewarded ones.)
     tokens = np.array([p["tokens"] for p in batch])
     before = float(np.dot(tokens, [p["value_loss_before"] for p in batch]) / tokens.sum())
     after = float(np.dot(tokens, [p["value_loss_after"] for p in batch]) / tokens.sum())
     assert after < before, (before, after)
-    # the returns carry the reward: the values of rewarded samples rose more than those of unrewarded ones (a
-    # constant reward gives every sample the same target, and no rewarded sample)
-    scores = {p["key"]: p["score"] for p in step_samples(run)}
-    rise = lambda group: np.mean([p["value_after"] - p["value_before"] for p in group])  # noqa: E731
-    rewarded = [p for p in batch if scores[p["key"]] > 0]
-    unrewarded = [p for p in batch if scores[p["key"]] <= 0]
-    assert rewarded and unrewarded and rise(rewarded) > rise(unrewarded), (rise(rewarded), rise(unrewarded))
     for step, values in run["metrics"].items():
         assert math.isfinite(values["critic/vf_loss"]), (step, values["critic/vf_loss"])
 
