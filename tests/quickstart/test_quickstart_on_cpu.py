@@ -110,8 +110,10 @@ def test_every_stage_ran_once_and_the_report_compares_three_models(runs):
     for summary in report["models"].values():
         assert summary["all"]["n"] == n and set(summary) == {"all", "2wiki", "hotpotqa", "musique"}
         assert sum(summary[source]["n"] for source in ("2wiki", "hotpotqa", "musique")) == n
-        assert 0 <= summary["all"]["em"]["ci95"][0] <= summary["all"]["em"]["mean"] <= summary["all"]["em"]["ci95"][1] <= 1
-    assert "untrained -> grpo: em" in report["comparisons"] and report["comparisons"]["cold_start -> grpo: em"]["n"] == n
+        em = summary["all"]["em"]
+        assert 0 <= em["ci95"][0] <= em["mean"] <= em["ci95"][1] <= 1
+    comparisons = report["comparisons"]
+    assert "untrained -> grpo: em" in comparisons and comparisons["cold_start -> grpo: em"]["n"] == n
     assert list(report["stages"]) == STAGES and report["grpo_steps"]["1"]["critic/score/mean"] is not None
     text = (out / "report.md").read_text()
     assert f"| grpo | all | {n} |" in text and "Paired differences" in text and "![curves](curves.png)" in text

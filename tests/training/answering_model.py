@@ -45,7 +45,7 @@ def rows(source_rows: list[dict], count: int) -> list[dict]:
 
 
 def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], protocol: str,
-                         tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0, lr: float = 3e-3) -> Path:
+                         tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0) -> Path:
     """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `WEIGHTS`; returns `out`.
 
     200 steps, on the first prompt (search : right : wrong): tool protocol 0.30 : 0.37 : 0.18 on `tiny_qwen`,
@@ -78,7 +78,7 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
         picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return (picked * mask[:, len(prompt):]).sum(-1)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     model.train()
     for step in range(steps):
         # the mixture's likelihood: every move of one prompt in each step, so no move is the last one seen

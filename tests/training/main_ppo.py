@@ -81,5 +81,8 @@ def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str,
         for line in metrics.read_text().splitlines():
             entry = json.loads(line)
             by_step.setdefault(entry["step"], {}).update(entry["data"])
-    read = lambda path: [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []  # noqa: E731
-    return {"code": result.returncode, "log": log, "metrics": by_step, "records": read(record), "probe": read(probe)}
+    return {"code": result.returncode, "log": log, "metrics": by_step, "records": _lines(record), "probe": _lines(probe)}
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []

@@ -7,7 +7,8 @@ to the batch it was computed on, with verl's own computations.
   the critic's values on the same batch again (the batch's own `values` are put back afterwards).
 
 Measured at step 1 only (each measurement is one more pass over the batch); `$VERL_SEARCH_TEST_PROBE_STEPS`
-(comma-separated) names other steps. Each becomes JSON lines in `$VERL_SEARCH_TEST_PROBE`: per trajectory its TransferQueue key, response
+(comma-separated) names other steps. Each becomes JSON lines in `$VERL_SEARCH_TEST_PROBE`: per trajectory its
+TransferQueue key, response
 tokens (mask 1), score, advantage and summed log-probs before/after (actor), or its mean return, mean value
 and value loss `0.5 * mean((value - return)^2)` over mask-1 tokens before/after (critic). Nothing else changes.
 

@@ -1,6 +1,7 @@
 """`verl_search.training.metrics`: the per-step search metrics from trajectories' extra fields, and the
 verl hook they travel through. That verl merges the sampler's metrics into each logged step is checked on
-verl's own trainer, not on its source: `test_recipes_on_cpu.py::test_search_metrics_logged_at_step_1_equal_the_rollouts`."""
+verl's own trainer, not on its source:
+`test_recipes_on_cpu.py::test_search_metrics_logged_at_step_1_equal_the_rollouts`."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ DEAD_URL = "http://127.0.0.1:9/retrieve"  # the discard port: nothing listens, e
 CHECKSUM = re.compile(r"rollout server 0: weight update (\d+), (\d+) tensors, checksum (\S+)")
 SETTINGS = [
     *(o for o in COMMON  # no validation: this run checks training only
-      if not o.startswith(("actor_rollout_ref.rollout.name=", "actor_rollout_ref.rollout.val_kwargs", "trainer.test_freq="))),
+      if not o.startswith(("actor_rollout_ref.rollout.name=", "actor_rollout_ref.rollout.val_kwargs"))),
     "actor_rollout_ref.rollout.name=verl_search_cpu", "trainer.test_freq=-1",
     "data.train_batch_size=2", "actor_rollout_ref.rollout.n=6", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
     "data.max_response_length=256", "actor_rollout_ref.rollout.response_length=256",
