@@ -7,10 +7,11 @@ where the `[cpu]` extra is installed (README's install, so CI's), else the trans
   then the same command with 3 steps, which resumes from the step-2 checkpoint into a fresh rollout server.
 * PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
   an update and the resume are the same verl code as GRPO's, checked there).
- What each test checks comes from the reward: the rows' gold answer is the one the
-stand-in policy can write, our reward (`verl_search.rewards.compute_score`, EM) scores it 1 and everything
-else 0, and with a constant reward (`VERL_SEARCH_TEST_REWARD=constant`, `main_ppo.py`) the tests that read an
-update fail. The behaviours covered here, once per recipe:
+
+What each test of an update checks comes from the reward: the rows' gold answer is the one the stand-in policy
+can write, our reward (`verl_search.rewards.compute_score`, EM) scores it 1 and everything else 0, and with a
+constant reward (`VERL_SEARCH_TEST_REWARD=constant`, `main_ppo.py`) those tests fail (docs/development.md).
+The behaviours covered here, once per recipe:
 
 * an update moves the policy toward the reward: after step 1's update, verl's `compute_log_prob` on the step's
   own batch gives rewarded samples a higher and unrewarded ones a lower log-probability on average, and the
