@@ -59,7 +59,8 @@ def test_bootstrap_is_seeded_and_pairs_by_question_id():
 # --- report ----------------------------------------------------------------------------------------
 
 def record(qid, source, em, searches=1, answered=True):
-    return {"id": qid, "data_source": source, "em": em, "f1": em, "cover_em": em, "score": em,
+    return {"id": qid, "data_source": source, "question": f"Who is {qid}?", "golden_answers": [qid],
+            "prediction": qid if em else "", "em": em, "f1": em, "cover_em": em, "score": em,
             "num_searches": searches, "answered": answered, "failed_searches": 0, "generated_tokens": 10}
 
 
@@ -107,6 +108,10 @@ def test_write_report_compares_each_model_with_the_one_before_and_the_first(tmp_
     text = (tmp_path / "report.md").read_text()
     assert "| grpo | 2 | 3 | 2.0 -> 2.5, 0.5 -> 1.0 |" in text and "| all | 3 | 4 | |" in text
     assert "| all | 3 |" in text and "![curves](curves.png)" in text and (tmp_path / "curves.png").is_file()
+    # every model by question shape beside the baselines, and the sign test of each comparison
+    assert report["by_shape"]["grpo"]["open"] == {"n": 10, "em": 0.6, "f1": 0.6}
+    assert report["by_shape"]["last option"]["all"]["em"] == 0.0 and "| baseline: first option |" in text
+    assert report["comparisons"]["cold_start -> grpo: em"]["sign_p"] == pytest.approx(2 / 2 ** 6)
 
 
 # --- stages and resume -----------------------------------------------------------------------------
@@ -195,6 +200,34 @@ def test_every_evaluation_and_grpo_roll_out_on_one_engine(tmp_path, tiny_qwen, e
     overrides = grpo_overrides(protocol, model=str(tiny_qwen), train_file=tmp_path / "a", val_file=tmp_path / "b",
                                out=tmp_path, steps=1, prompts_per_step=2, group_size=2, lr=1e-5, kl=False)
     assert f"actor_rollout_ref.rollout.name={rollout}" in overrides
+
+
+@pytest.mark.parametrize("reward, expected", [
+    ("em", {"structure_format_score": 0.2, "final_format_score": 0.1}),
+    ("f1", {"answer_score": "f1", "structure_format_score": 0.1}),
+])
+def test_grpo_trains_on_the_chosen_reward_with_group_filtering(tmp_path, tiny_qwen, reward, expected):
+    """The overrides compose on the shipped recipe into verl's config: the reward's weights reach
+    `compute_score`, and DAPO's filter is on with the step's cap (off with `--no-filter-groups`)."""
+    from verl_search.quickstart.grpo import grpo_overrides, shipped_recipe
+    from verl_search.rewards import compute_score
+    from verl_search.verl_config.compose import compose_verl_config
+
+    protocol = protocol_options(QuickstartOptions(), tmp_path / "index")
+    common = dict(model=str(tiny_qwen), train_file=tmp_path / "a", val_file=tmp_path / "b", out=tmp_path, steps=1,
+                  prompts_per_step=2, group_size=8, lr=1e-5, kl=False, reward=reward)
+    config = compose_verl_config(grpo_overrides(protocol, **common, max_gen_batches=6), recipe=shipped_recipe())
+    kwargs = dict(config.reward.custom_reward_function.reward_kwargs)
+    assert kwargs == expected
+    well_formed_wrong = "<think>x</think><answer> Rome Italy </answer>"
+    assert compute_score("nq", well_formed_wrong, ["Rome"], {"protocol": "search_r1"}, **kwargs)["score"] == \
+        pytest.approx({"em": 0.2, "f1": 2 / 3}[reward])
+    assert (config.algorithm.filter_groups.enable, config.algorithm.filter_groups.metric) == (True, "reward")
+    assert config.algorithm.filter_groups.max_num_gen_batches == 6
+    unfiltered = compose_verl_config(grpo_overrides(protocol, **common), recipe=shipped_recipe())
+    assert not unfiltered.algorithm.filter_groups.enable
+    with pytest.raises(ValueError, match="reward='acc'"):
+        grpo_overrides(protocol, **{**common, "reward": "acc"})
 
 
 def test_the_weight_sync_bucket_holds_the_largest_tensor(tmp_path):

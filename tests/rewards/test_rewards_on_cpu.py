@@ -104,6 +104,7 @@ def test_tool_call_format(response, ok):
 
 
 GT = {"target": ["Paris"]}
+F1_CREDIT = {"answer_score": "f1", "structure_format_score": 0.1}
 
 
 @pytest.mark.parametrize(
@@ -119,11 +120,22 @@ GT = {"target": ["Paris"]}
         ("no answer", {"structure_format_score": 0.2}, 0.0),  # no answer, malformed
         ("<answer>Rome</answer><answer>Paris</answer>", {"answer_spam_penalty": 0.5}, 0.5),  # spam penalised
         ("<answer>Paris</answer>", {"answer_spam_penalty": 0.5}, 1.0),  # one answer is not spam
+        # ReSearch's partial credit: F1 when well formed, the format credit when well formed with F1 0, else 0
+        ("<think>x</think><answer>Paris France</answer>", F1_CREDIT, pytest.approx(2 / 3)),
+        (GOOD_TAGS, F1_CREDIT, 1.0),
+        ("<think>x</think><answer>Rome</answer>", F1_CREDIT, 0.1),
+        ("<answer>Paris</answer>", F1_CREDIT, 0.0),  # right but malformed: nothing
+        ("no answer", F1_CREDIT, 0.0),
     ],
 )
 def test_compute_score_weights(response, kwargs, score):
     result = compute_score("nq", response, GT, {"protocol": "search_r1"}, **kwargs)
     assert result["score"] == pytest.approx(score)
+
+
+def test_compute_score_refuses_an_unknown_answer_score():
+    with pytest.raises(ValueError, match="answer_score='acc'.*em, f1"):
+        compute_score("nq", GOOD_TAGS, GT, answer_score="acc")
 
 
 def test_compute_score_fields_and_search_counts():

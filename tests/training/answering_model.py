@@ -22,6 +22,9 @@ from tests.training.searching_model import QUERY, SEARCH_TURNS, _prompts
 
 RIGHT, WRONG = "Emma Thomas", "Steven Spielberg"
 """The rows' gold answer and a wrong one; neither is the stand-in's search query (`QUERY`)."""
+UNREACHABLE = "Zzyzx Road"
+"""The gold answer of the rows the stand-in never answers (`fitted_answering_model(unanswerable=...)`): all of
+their samples score alike, a group without signal."""
 MOVES = {
     "tool": {"search": SEARCH_TURNS["tool"], "right": f"<answer> {RIGHT} </answer><|im_end|>",
              "wrong": f"<answer> {WRONG} </answer><|im_end|>"},
@@ -95,9 +98,11 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
     return out
 
 
-def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count: int) -> tuple[Path, Path, Path]:
+def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count: int,
+                           unanswerable: int = 0) -> tuple[Path, Path, Path]:
     """(model fitted on the first 4 mini-wiki training rows' prompts, train parquet of the first `count` of those
-    rows, validation parquet of all 4), written under `folder`; every row's gold answer is `RIGHT`.
+    rows, validation parquet of all 4), written under `folder`; every row's gold answer is `RIGHT`. With
+    `unanswerable`, the train parquet also holds that many of the following rows with gold `UNREACHABLE`.
 
     The fit is seeded; with `VERL_SEARCH_TEST_CACHE` set (CI sets it for its whole run), a fitted model is kept
     there, keyed by the base model's config and everything the fit reads, and reused.
@@ -110,7 +115,9 @@ def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count
 
     source = rows(build_rows([Source.parse(str(MINI_QA))], "train", protocol, max_per_source=2, seed=0), 4)
     folder.mkdir(parents=True, exist_ok=True)
-    write_parquet(source[:count], folder / "train.parquet")
+    unreachable = [{**row, "reward_model": {**row["reward_model"], "ground_truth": {"target": [UNREACHABLE]}}}
+                   for row in source[count:count + unanswerable]]
+    write_parquet(source[:count] + unreachable, folder / "train.parquet")
     write_parquet(source, folder / "val.parquet")
     schema = yaml.safe_load(Path(config_path("tool")).read_text())["tools"][0]["tool_schema"]
     cache = os.environ.get("VERL_SEARCH_TEST_CACHE")

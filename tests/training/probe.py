@@ -48,7 +48,18 @@ def _write(records: list[dict]) -> None:
 
 
 class ProbeTrainer(PPOTrainerSync):
-    """`PPOTrainerSync` that records each update's effect on its own batch (module docstring)."""
+    """`PPOTrainerSync` that records each update's effect on its own batch (module docstring).
+
+    verl branches on `trainer_mode == "sync"` (the replay buffer, refill granularity, checkpoints): the probe
+    reports `sync`, whatever name picked it, so the run is verl's sync trainer in every branch."""
+
+    @property
+    def trainer_mode(self) -> str:
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, name: str) -> None:  # verl assigns the configured name; the probe stays `sync`
+        pass
 
     def _update_actor(self, batch, metrics):
         if not _measured(self.global_steps):

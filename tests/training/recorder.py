@@ -1,7 +1,7 @@
 """Test-only instrumentation through verl's public hook `rollout.agent.agent_loop_manager_class`:
 the agent-loop manager of verl's v1 trainer, whose workers also append every *training* sample
 they put into TransferQueue (the batch the trainer updates on) to `$VERL_SEARCH_TEST_RECORD` as
-JSON lines: response token ids, response_mask, reward and extra fields. Nothing else changes.
+JSON lines: TransferQueue key, response token ids, response_mask, reward and extra fields. Nothing else changes.
 
 Imported inside Ray workers: the test puts the repository root on PYTHONPATH (no package lives
 there in the src layout, so `verl_search` still comes from the install).
@@ -33,8 +33,9 @@ class RecordingWorker(AgentLoopWorkerTQ.__ray_metadata__.modified_class):
         result = await super()._agent_loop_postprocess(output, validate, **kwargs)
         if not validate:
             with open(os.environ[RECORD_ENV], "a", encoding="utf-8") as record:
-                for item in output if isinstance(output, list) else [output]:
+                for i, item in enumerate(output if isinstance(output, list) else [output]):
                     record.write(json.dumps({
+                        "key": f"{kwargs['uid']}_{kwargs['session_id']}_{i}",  # its TransferQueue key
                         "global_steps": _plain(kwargs.get("global_steps")),
                         "response_ids": list(item.response_ids),
                         "response_mask": list(item.response_mask),

@@ -1,5 +1,5 @@
-"""`verl_search.training.metrics`: the per-step search metrics from trajectories' extra fields, and the
-verl hook they travel through. That verl merges the sampler's metrics into each logged step is checked on
+"""`verl_search.training.metrics`: the per-step search metrics from trajectories' extra fields. The replay buffer
+they travel through: `test_replay_buffer_on_cpu.py`. That verl merges the sampler's metrics into each logged step is checked on
 verl's own trainer, not on its source:
 `test_recipes_on_cpu.py::test_search_metrics_logged_at_step_1_equal_the_rollouts`."""
 
@@ -7,13 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from verl_search.training.metrics import (
-    SearchMetricsReplayBuffer,
-    SearchMetricsReplayBufferAsync,
-    final_keys,
-    make_replay_buffer,
-    search_metrics,
-)
+from verl_search.training.metrics import final_keys, search_metrics
 
 
 def reward(acc=0.0, answered=1.0, f1=0.0, cover_em=0.0, format_ok=0.0):
@@ -56,11 +50,3 @@ def test_a_reward_metric_is_left_out_unless_every_trajectory_has_it():
 def test_the_last_output_of_each_session_counts():
     keys = ["u1_0_0", "u1_0_1", "u1_1_0", "u2_0_0"]
     assert sorted(final_keys(keys)) == ["u1_0_1", "u1_1_0", "u2_0_0"]
-
-
-def test_make_replay_buffer_builds_verls_buffer_for_the_trainer_mode():
-    kwargs = dict(trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-                  sampler_kwargs={})
-    assert type(make_replay_buffer("sync", **kwargs)) is SearchMetricsReplayBuffer
-    assert type(make_replay_buffer("colocate_async", **kwargs)) is SearchMetricsReplayBufferAsync
-

@@ -56,9 +56,13 @@ FULL_DISTRIBUTION = ("actor_rollout_ref.rollout.top_p=1.0",)
 """The PPO recipe samples with top_p 0.95. vLLM's log-probs (verl's logprobs_mode=processed_logprobs) are
 taken after the top-p filter, renormalised over the nucleus (vllm/v1/sample/ops/topk_topp_sampler.py); the
 trainer's are not: verl's diff would then measure the nucleus, not the engine or the weight sync."""
+FILTER_GROUPS = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward")
+"""DAPO's group filtering on the score (what the quickstart turns on)."""
 SETTINGS = {
     "grpo_tool": (2, 8, 2, [  # 2 prompts x 8 samples: one update over 2 groups; validation at step 2
         "data.train_batch_size=2", "actor_rollout_ref.rollout.n=8", "trainer.test_freq=2",
+        # the 2 unanswerable rows of the train file give groups without signal: refilled, not trained on
+        *FILTER_GROUPS, "algorithm.filter_groups.max_num_gen_batches=8",
         # 768 response tokens: room for one tool response (3 passages, ~450 tokens); verl's ToolAgentLoop ends a
         # trajectory rather than append a tool response that does not fit
         "data.max_response_length=768", "actor_rollout_ref.rollout.response_length=768",
@@ -76,6 +80,8 @@ SETTINGS = {
     ]),
 }
 """Test name -> (prompts per step, samples per prompt, steps, overrides)."""
+UNANSWERABLE = {"grpo_tool": 2}
+"""Test name -> train rows the stand-in never answers (`answering_model.UNREACHABLE`), beside the answerable ones."""
 RESUMED = {"grpo_tool"}
 """Recipes whose run is resumed for a third step."""
 COMMON = (
@@ -105,7 +111,8 @@ def run(request, tiny_qwen_hd64, bm25_server, tmp_path_factory):
     recipe, protocol = RECIPES[request.param]
     prompts, samples, steps, settings = SETTINGS[request.param]
     out = tmp_path_factory.mktemp(request.param)
-    model, train_file, val_file = fitted_answering_model(tiny_qwen_hd64, out / "data", protocol, count=prompts)
+    model, train_file, val_file = fitted_answering_model(tiny_qwen_hd64, out / "data", protocol, count=prompts,
+                                                         unanswerable=UNANSWERABLE.get(request.param, 0))
     url = f"{bm25_server.url}/retrieve"
     started = time.perf_counter()
     first = train(recipe, model, train_file, val_file, url, out, steps=steps, overrides=[*COMMON, *settings])
@@ -228,8 +235,10 @@ def test_searches_end_the_turn_and_retrieved_tokens_are_masked(run):
 def test_search_metrics_logged_at_step_1_equal_the_rollouts(run):
     from tests.training.metrics_check import expected_metrics
 
-    logged = {k: v for k, v in run["metrics"][1].items() if k.startswith("search/")}
-    records = [r for r in run["records"] if r["global_steps"] == 1]
+    logged = {k: v for k, v in run["metrics"][1].items()
+              if k.startswith("search/") and not k.startswith(("search/groups/", "search/score_before_filter/"))}
+    trained = {s["key"] for s in step_samples(run)}  # groups filtered out were generated, not trained on
+    records = [r for r in run["records"] if r["key"] in trained]
     assert len(records) == run["batch"], len(records)
     expected = expected_metrics(records)
     assert set(logged) == set(expected), sorted(logged)
@@ -239,6 +248,57 @@ def test_search_metrics_logged_at_step_1_equal_the_rollouts(run):
     # the BM25 server answers every well-formed call; a sampled call with broken arguments counts as failed (1 of
     # 16 in one run), so what is checked is that searches reached the server, not that none was malformed
     assert logged["search/failed_share"] < 1, logged
+
+
+def test_groups_without_signal_are_refilled_not_trained_on(run):
+    if run["name"] not in UNANSWERABLE:
+        pytest.skip("group filtering runs on the GRPO recipe")
+    metrics, evicted = run["metrics"], 0
+    for step, values in metrics.items():
+        samples = step_samples(run, step) if step == 1 else []
+        groups: dict[str, list[float]] = {}
+        for sample in samples:
+            groups.setdefault(sample["key"].split("_")[0], []).append(sample["score"])
+        # every group trained on carries signal: its scores differ, so its GRPO advantages are not all 0
+        assert all(len(set(scores)) > 1 for scores in groups.values()), groups
+        assert values["search/groups/informative_share"] == 1.0, (step, values)
+        filtered = values.get("training/filter_groups/evicted_samples", 0)
+        # the step generated its 2 groups, 2 more per group filtered out (verl's sync refill) ...
+        assert values["search/groups/generated"] >= 2 + filtered, (step, values)
+        # ... and the filtered groups (all scored 0 here) count in the score before filtering
+        if filtered:
+            assert values["search/score_before_filter/mean"] < values["critic/score/mean"], (step, values)
+        evicted += filtered
+    # the unanswerable rows were drawn within the first epoch (4 rows, 2 steps), and filtered out
+    assert evicted >= 1, {step: sorted(values) for step, values in metrics.items()}
+    # the trajectories of a filtered group were generated at step 1, scored alike, and never trained on
+    trained = {s["key"] for s in step_samples(run)}
+    untrained: dict[str, list[float]] = {}
+    for record in run["records"]:
+        if record["global_steps"] == 1 and record["key"] not in trained:
+            untrained.setdefault(record["key"].split("_")[0], []).append(record["reward_score"])
+    assert all(len(set(scores)) == 1 for scores in untrained.values()), untrained
+
+
+def test_a_step_without_signal_stops_before_any_update(tiny_qwen_hd64, bm25_server, tmp_path):
+    """With a constant reward every group is filtered out: the run stops when the step's generation batches reach
+    `max_num_gen_batches`, with the setting named, and no update or checkpoint happened."""
+    from tests.training.main_ppo import CONSTANT_REWARD
+
+    recipe, protocol = RECIPES["grpo_tool"]
+    prompts, samples, _, settings = SETTINGS["grpo_tool"]
+    model, train_file, val_file = fitted_answering_model(tiny_qwen_hd64, tmp_path / "data", protocol, count=prompts)
+    overrides = [*COMMON, *settings, "algorithm.filter_groups.max_num_gen_batches=2", "actor_rollout_ref.rollout.n=4",
+                 f"reward.custom_reward_function.path={CONSTANT_REWARD}"]
+    result = train(recipe, model, train_file, val_file, f"{bm25_server.url}/retrieve", tmp_path, steps=1,
+                   overrides=overrides)
+    assert result["code"] != 0
+    assert "max_num_gen_batches=2" in result["log"] and "no update runs on groups without signal" in result["log"]
+    assert not result["metrics"] and not result["probe"], "a step was logged or an update measured"
+    assert not (tmp_path / "ckpt" / "global_step_1").exists()
+    # a refill ran (more than the first batch's samples) and none past the cap's two batches
+    assert prompts * 4 < len(result["records"]) <= 2 * prompts * 4, len(result["records"])
+    assert all(record["reward_score"] == 0 for record in result["records"])
 
 
 def test_our_reward_outputs_reach_the_validation_metrics(run):

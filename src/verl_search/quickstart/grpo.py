@@ -85,10 +85,40 @@ def weight_bucket_megabytes(model: str | Path) -> int:
     return max(128, 64 * math.ceil(largest / (64 << 20)))
 
 
+REWARD_WEIGHTS = {
+    # Search-R1's qa_em_format: EM, plus 0.2 for a well-formed trajectory, 0.1 for a malformed one with an answer
+    "em": {"structure_format_score": 0.2, "final_format_score": 0.1},
+    # ReSearch's re_search.py: F1 of a well-formed answer, 0.1 when well formed with F1 0, 0 when malformed
+    "f1": {"answer_score": "f1", "structure_format_score": 0.1},
+}
+"""`QuickstartOptions.reward` -> `compute_score` keyword arguments."""
+
+
+def reward_overrides(reward: str) -> list[str]:
+    """The recipe overrides that make `compute_score` the `reward` (`REWARD_WEIGHTS`).
+
+    Raises:
+        ValueError: `reward` is not a key of `REWARD_WEIGHTS`.
+    """
+    if reward not in REWARD_WEIGHTS:
+        raise ValueError(f"reward={reward!r}: use one of {', '.join(REWARD_WEIGHTS)}")
+    return [f"+reward.custom_reward_function.reward_kwargs.{k}={v}" for k, v in REWARD_WEIGHTS[reward].items()]
+
+
+def filter_overrides(max_gen_batches: int) -> list[str]:
+    """DAPO's dynamic sampling on the score (verl's `algorithm.filter_groups`, honoured by the recipe's replay
+    buffer, `verl_search.training.replay_buffer`): at most `max_gen_batches` generation batches a step (0: no
+    limit)."""
+    return ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward",
+            f"algorithm.filter_groups.max_num_gen_batches={max_gen_batches}"]
+
+
 def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,
-                   prompts_per_step: int, group_size: int, lr: float, kl: bool) -> list[str]:
+                   prompts_per_step: int, group_size: int, lr: float, kl: bool, reward: str = "em",
+                   max_gen_batches: int | None = None) -> list[str]:
     """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`, rolling out on
-    `protocol.engine` (`rollout_name`)."""
+    `protocol.engine` (`rollout_name`), trained on `reward` (`reward_overrides`), with group filtering
+    unless `max_gen_batches` is None (`filter_overrides`)."""
     rollout = "actor_rollout_ref.rollout"
     return [
         f"{rollout}.name={rollout_name(protocol.engine)}",
@@ -110,9 +140,7 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
         f"{rollout}.prompt_length={protocol.prompt_length}", f"{rollout}.response_length={protocol.response_length}",
         f"{rollout}.val_kwargs.temperature={protocol.temperature}",
         f"{rollout}.agent.agent_loop_config_path={agent_loop_yaml(protocol, out / 'agent_loops.yaml')}",
-        # Search-R1's qa_em_format: EM, plus 0.2 for a well-formed trajectory, 0.1 for a malformed one with an answer
-        "+reward.custom_reward_function.reward_kwargs.structure_format_score=0.2",
-        "+reward.custom_reward_function.reward_kwargs.final_format_score=0.1",
+        *reward_overrides(reward), *(filter_overrides(max_gen_batches) if max_gen_batches is not None else []),
         f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=1",
         "trainer.resume_mode=auto", "trainer.test_freq=-1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.rollout_data_dir={out / 'rollouts'}",

