@@ -76,6 +76,10 @@ def test_eval_writes_trajectories_report_and_resumes(tmp_path, tiny_qwen, bm25_s
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["summary"]["all"]["em"]["ci95"] == pytest.approx(list(wilson_interval(2, 6)))
     assert "| hotpotqa | 2 |" in (tmp_path / "run" / "report.md").read_text()
+    # by question shape, beside the baselines that know nothing
+    assert report["by_shape"]["model"]["all"]["em"] == pytest.approx(2 / 6)
+    assert report["by_shape"]["last option"]["all"]["n"] == 6 and "| baseline: last option |" in \
+        (tmp_path / "run" / "report.md").read_text()
     assert (tmp_path / "run" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

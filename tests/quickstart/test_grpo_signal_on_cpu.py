@@ -110,9 +110,11 @@ def test_the_exported_run_rerenders_with_the_section_and_the_same_numbers(tmp_pa
     report = rerender_report(out, words)
     text = (out / "report.md").read_text()
     assert text.startswith(before)  # the models, comparisons, timings and curves are unchanged
-    assert "## Why GRPO did not move" in text and "4 of 4 groups had all rewards equal" in text
+    # the kept default run filtered out the groups without signal: none of the trained ones had equal rewards
+    assert "## Why GRPO did not move" in text and "0 of 4 groups had all rewards equal" in text
+    assert "16 groups had all rewards equal and were replaced by fresh questions, of 21 generated" in text
     assert [s["step"] for s in report["grpo_signal"]] == [1, 2]
-    assert json.loads((out / "report.json").read_text())["grpo_signal"][1]["rollouts"]["responses_with_advantage"] == 0
+    assert json.loads((out / "report.json").read_text())["grpo_signal"][1]["rollouts"]["responses_with_advantage"] == 16
     with pytest.raises(FileNotFoundError, match="report.json"):
         rerender_report(tmp_path / "nothing")
 
@@ -125,5 +127,5 @@ def test_the_quickstarts_own_report_stage_writes_the_section(tmp_path):
     shutil.copytree(RUN, out)
     timings = json.loads((RUN / "report.json").read_text())["stages"]
     report = Quickstart(QuickstartOptions(out=str(out), engine="transformers", bootstrap_samples=200)).report(timings)
-    assert report["grpo_signal"][1]["rollouts"]["zero_variance_groups"] == 4
+    assert report["grpo_signal"][1]["rollouts"]["zero_variance_groups"] == 0
     assert "## Why GRPO did not move" in (out / "report.md").read_text()

@@ -226,6 +226,10 @@ def test_grpo_trains_on_the_chosen_reward_with_group_filtering(tmp_path, tiny_qw
     assert config.algorithm.filter_groups.max_num_gen_batches == 6
     unfiltered = compose_verl_config(grpo_overrides(protocol, **common), recipe=shipped_recipe())
     assert not unfiltered.algorithm.filter_groups.enable
+    assert not unfiltered.trainer.v1.sampler.sampler_kwargs  # the control is off unless asked for
+    control = compose_verl_config(grpo_overrides(protocol, **common, permuted_reward=True, seed=3),
+                                  recipe=shipped_recipe())
+    assert dict(control.trainer.v1.sampler.sampler_kwargs) == {"permute_scores": True, "permute_seed": 3}
     with pytest.raises(ValueError, match="reward='acc'"):
         grpo_overrides(protocol, **{**common, "reward": "acc"})
 

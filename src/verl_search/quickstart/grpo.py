@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from verl_search.eval.options import EvalOptions
+from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
 from verl_search.quickstart.progress import run_logged
 
 logger = logging.getLogger(__name__)
@@ -115,10 +116,11 @@ def filter_overrides(max_gen_batches: int) -> list[str]:
 
 def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,
                    prompts_per_step: int, group_size: int, lr: float, kl: bool, reward: str = "em",
-                   max_gen_batches: int | None = None) -> list[str]:
+                   max_gen_batches: int | None = None, permuted_reward: bool = False, seed: int = 0) -> list[str]:
     """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`, rolling out on
     `protocol.engine` (`rollout_name`), trained on `reward` (`reward_overrides`), with group filtering
-    unless `max_gen_batches` is None (`filter_overrides`)."""
+    unless `max_gen_batches` is None (`filter_overrides`); `permuted_reward`: the control, its scores
+    shuffled within each step by `seed` (`verl_search.training.replay_buffer`)."""
     rollout = "actor_rollout_ref.rollout"
     return [
         f"{rollout}.name={rollout_name(protocol.engine)}",
@@ -141,6 +143,8 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
         f"{rollout}.val_kwargs.temperature={protocol.temperature}",
         f"{rollout}.agent.agent_loop_config_path={agent_loop_yaml(protocol, out / 'agent_loops.yaml')}",
         *reward_overrides(reward), *(filter_overrides(max_gen_batches) if max_gen_batches is not None else []),
+        *([f"+trainer.v1.sampler.sampler_kwargs.{PERMUTE_KWARG}=true",
+           f"+trainer.v1.sampler.sampler_kwargs.{PERMUTE_SEED_KWARG}={seed}"] if permuted_reward else []),
         f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=1",
         "trainer.resume_mode=auto", "trainer.test_freq=-1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.rollout_data_dir={out / 'rollouts'}",

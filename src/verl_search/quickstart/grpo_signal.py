@@ -21,6 +21,9 @@ from pathlib import Path
 #: verl's step metrics shown per step: label -> logged key (absent keys are shown as "-")
 METRICS = {
     "reward mean": "critic/score/mean",
+    "groups generated": "search/groups/generated",
+    "groups filtered out": "training/filter_groups/evicted_samples",
+    "reward before filtering": "search/score_before_filter/mean",
     "advantage min": "critic/advantages/min",
     "advantage max": "critic/advantages/max",
     "entropy (nats/token)": "actor/entropy",
@@ -182,16 +185,26 @@ def explain(signals: list[dict], comparison: dict | None = None) -> list[str]:
         tokens = [s["rollouts"]["tokens_with_advantage"] for s in kept]
         carried = "" if None in tokens else f" ({sum(tokens)} loss tokens)"
         lines.append(f"In the kept rollouts (step {', '.join(str(s['step']) for s in kept)}), {zero} of {total} groups "
-                     f"had all rewards equal, so only {responses} of {sum(s['rollouts']['responses'] for s in kept)} "
+                     f"had all rewards equal, so {responses} of {sum(s['rollouts']['responses'] for s in kept)} "
                      f"responses{carried} carried a non-zero advantage.")
     flat = [s["step"] for s in signals if s["metrics"]["advantage min"] == 0 == s["metrics"]["advantage max"]]
     if flat:
         lines.append(f"Step {', '.join(map(str, flat))}: every advantage 0 (logged critic/advantages min = max = 0), "
                      f"so the policy-gradient loss was 0 and the update came from the other loss terms alone "
                      f"(entropy bonus, KL if on).")
+    generated = [s["metrics"]["groups generated"] for s in signals if s["metrics"]["groups generated"] is not None]
+    filtered = sum(s["metrics"]["groups filtered out"] or 0 for s in signals)
+    if filtered:
+        before = [s["metrics"]["reward before filtering"] for s in signals
+                  if s["metrics"]["reward before filtering"] is not None]
+        lines.append(f"Group filtering (DAPO's dynamic sampling): {filtered:.0f} groups had all rewards equal and were "
+                     f"replaced by fresh questions" + (f", of {sum(generated):.0f} generated" if generated else "")
+                     + "; every trained group carried signal" + (
+                         f". Reward per response before filtering: {', '.join(_num(b) for b in before)} by step."
+                         if before else "."))
     ems = [s["em"] for s in signals if s["em"] is not None]
     sizes = [s["rollouts"]["group_size"][1] for s in kept]
-    if ems and sizes:
+    if ems and sizes and not filtered:
         p, n = sum(ems) / len(ems), max(sizes)
         lines.append(f"Training EM per response averaged {p:.3f}; a group of {n} independent responses at that rate "
                      f"holds at least one exact match with probability {1 - (1 - p) ** n:.2f}: with a constant format "

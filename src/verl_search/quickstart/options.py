@@ -40,6 +40,9 @@ class QuickstartOptions:
             rollouts all scored alike are dropped and replaced by fresh questions, so every group trained
             on carries signal; max_gen_batches: generation batches one step may use before the run
             stops with an error (0: no limit).
+        permuted_reward: the control run: GRPO's scores shuffled among each step's trajectories
+            (`verl_search.training.replay_buffer`), everything else the same; compare with the same run
+            without it.
         max_turns, topk, max_tokens_per_turn, max_obs_tokens, temperature: the protocol, shared by
             training and evaluation (`protocol_options`).
         batch_size: questions rolled out together in an evaluation.
@@ -61,15 +64,17 @@ class QuickstartOptions:
     sft_batch_size: int = field(default=4, metadata=_help("trajectories per SFT step"))
     sft_lr: float = field(default=1e-4, metadata=_help("cold-start learning rate"))
     grpo_steps: int = field(default=2, metadata=_help("GRPO steps (0: no GRPO)"))
-    prompts_per_step: int = field(default=4, metadata=_help("training questions per GRPO step"))
-    group_size: int = field(default=4, metadata=_help("rollouts per question (GRPO group)"))
+    prompts_per_step: int = field(default=2, metadata=_help("training questions per GRPO step"))
+    group_size: int = field(default=8, metadata=_help("rollouts per question (GRPO group)"))
     grpo_lr: float = field(default=2e-5, metadata=_help("GRPO learning rate"))
     reward: Literal["em", "f1"] = field(default="em", metadata=_help(
         "GRPO's reward: em (Search-R1's EM with format credit) or f1 (ReSearch's F1 with format credit)"))
     filter_groups: bool = field(default=True, metadata=_help(
         "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
-    max_gen_batches: int = field(default=10, metadata=_help(
+    max_gen_batches: int = field(default=20, metadata=_help(
         "generation batches a GRPO step may use to find groups with signal (0: no limit)"))
+    permuted_reward: bool = field(default=False, metadata=_help(
+        "the control: GRPO trains on its scores shuffled among each step's trajectories"))
     max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
     topk: int = field(default=3, metadata=_help("passages per search (train and eval)"))
     max_tokens_per_turn: int = field(default=64, metadata=_help("tokens per model turn (train and eval)"))

@@ -209,7 +209,7 @@ class Quickstart:
         if o.grpo_steps:
             stages += [
                 Stage("grpo", ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine",
-                             *PROTOCOL_KEYS),
+                               "reward", "filter_groups", "max_gen_batches", "permuted_reward", "seed", *PROTOCOL_KEYS),
                       ("index", "data", "cold_start"), self.grpo),
                 Stage("eval_grpo", protocol, ("grpo", "data"), lambda: self.evaluate("grpo", self.out / "grpo" / "hf")),
             ]
@@ -250,7 +250,8 @@ class Quickstart:
         overrides = grpo_overrides(self.protocol, model=start, train_file=self.train_file, val_file=self.test_file,
                                    out=out, steps=o.grpo_steps, prompts_per_step=o.prompts_per_step,
                                    group_size=o.group_size, lr=o.grpo_lr, kl=False, reward=o.reward,
-                                   max_gen_batches=o.max_gen_batches if o.filter_groups else None)
+                                   max_gen_batches=o.max_gen_batches if o.filter_groups else None,
+                                   permuted_reward=o.permuted_reward, seed=o.seed)
         run_grpo(self.recipe, self.index, overrides, out, o.grpo_steps)
 
     def report(self, timings: dict[str, dict]) -> dict:

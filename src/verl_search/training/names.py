@@ -7,3 +7,5 @@ ADAPTER_PATH = "verl_search.training.transformers_rollout.TransformersServerAdap
 """The in-worker rollout adapter verl's `get_rollout_class(ROLLOUT_NAME)` returns."""
 PLUGIN_MODULE = "verl_search.training.cpu_plugin"
 """The module verl imports through `VERL_USE_EXTERNAL_MODULES`."""
+PERMUTE_KWARG, PERMUTE_SEED_KWARG = "permute_scores", "permute_seed"
+"""`trainer.v1.sampler.sampler_kwargs` keys of the permuted-reward control (`training.replay_buffer`)."""

@@ -22,6 +22,12 @@ groups without signal. A test pins both (tests/training/test_replay_buffer_on_cp
 Metrics added to every training step (names, units: docs/metrics.md): `search/*` of the trained
 trajectories (`verl_search.training.metrics.search_metrics`) and the group metrics
 `search/groups/informative_share`, `search/groups/generated`, `search/score_before_filter/mean`.
+
+**The permuted-reward control.** With `trainer.v1.sampler.sampler_kwargs.permute_scores=true` the scores of each
+trained batch are shuffled among its trajectories (seeded by `sampler_kwargs.permute_seed`, default 0) after
+sampling and before the advantages: the same run, the same amount of updating, with rewards that no longer
+belong to the responses. A gain of the real run over this control is the reward's. Filtering and the `search/*`
+metrics see the true scores.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import (
     DAPO_FILTERED_REWARD_COUNTS_KEY,
@@ -40,6 +47,7 @@ from verl.trainer.ppo.v1.replay_buffer import (
 )
 
 from verl_search.training.metrics import PREFIX, batch_search_metrics, final_keys
+from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +57,8 @@ GENERATED = f"{PREFIX}/groups/generated"
 """Prompt groups generated for the step: its first batch plus every refill (sync trainer only)."""
 SCORE_BEFORE_FILTER = f"{PREFIX}/score_before_filter/mean"
 """Mean score per trajectory over the trained groups and the groups filtered out at the step."""
+PERMUTED = f"{PREFIX}/control/permuted_scores"
+"""1 at every step whose scores the permuted-reward control shuffled."""
 
 
 def filter_settings(trainer_mode: str, refill_fn: Callable | None) -> dict[str, Any]:
@@ -131,6 +141,36 @@ def group_metrics(groups: dict[str, list[float]], filtered: dict[float, int] | N
     return metrics
 
 
+def permuted_scores(rows: list[torch.Tensor], order: np.ndarray) -> list[torch.Tensor]:
+    """Token-level scores with the trajectories' total scores permuted: row `i` gets row `order[i]`'s total on
+    its last token, 0 elsewhere (where verl's agent loop puts the reward, `rm_scores[-1]`).
+
+    >>> [r.tolist() for r in permuted_scores([torch.tensor([0., 1.]), torch.tensor([0., 0., 0.])], np.array([1, 0]))]
+    [[0.0, 0.0], [0.0, 0.0, 1.0]]
+    """
+    totals = [float(row.sum()) for row in rows]
+    permuted = []
+    for row, source in zip(rows, order, strict=True):
+        scores = torch.zeros_like(row)
+        scores[-1] = totals[int(source)]
+        permuted.append(scores)
+    return permuted
+
+
+def permute_batch_scores(keys: list[str], partition_id: str, rng: np.random.Generator) -> np.ndarray:
+    """Shuffle the `rm_scores` of the trajectories stored in TransferQueue under `keys` (`permuted_scores`,
+    written back); return the permutation over the keys in sorted order (`order[i]`: the trajectory
+    `sorted(keys)[i]` now has the score of `sorted(keys)[order[i]]`)."""
+    keys = sorted(keys)
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+    scores = data["rm_scores"]
+    rows = list(scores.unbind()) if getattr(scores, "is_nested", False) else list(scores)
+    order = rng.permutation(len(rows))
+    data["rm_scores"] = torch.nested.as_nested_tensor(permuted_scores(rows, order), layout=torch.jagged)
+    tq.kv_batch_put(keys=keys, partition_id=partition_id, fields=data)
+    return order
+
+
 class _SearchReplayBuffer:
     """Adds the step's search and group metrics to what `sample()` returns; counts and bounds refills."""
 
@@ -142,6 +182,9 @@ class _SearchReplayBuffer:
         self._step = 0
         if self.refill_fn is not None:
             self.refill_fn = self._refill
+        options = dict(self.sampler_kwargs or {})
+        self.permute = bool(options.get(PERMUTE_KWARG, False))
+        self._rng = np.random.default_rng(int(options.get(PERMUTE_SEED_KWARG, 0)))
 
     def _refill(self, count: int):
         batch = self.train_batch_size or 0
@@ -169,6 +212,9 @@ class _SearchReplayBuffer:
                 added[GENERATED] = float(batch_size + self._refilled)
         except Exception:  # a metric must never stop a training run
             logger.warning("search metrics of step %s could not be computed", global_steps, exc_info=True)
+        if self.permute:  # the control: unlike a metric, a failure here must stop the run
+            permute_batch_scores(batch.keys, batch.partition_id, self._rng)
+            added[PERMUTED] = 1.0
         return batch, {**metrics, **added}
 
 
