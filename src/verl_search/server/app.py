@@ -11,9 +11,10 @@ FastAPI's `Depends` (`ready_batcher`, `get_cache`, `get_settings`, `get_service`
 of them with `app.dependency_overrides`. The `/retrieve` body is read and validated by
 `parse_retrieve_request` (one pydantic-core call), not by a FastAPI body parameter.
 
-Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `GET /health`, `POST /access`
-(page access by id or title, when `create_app` gets `pages`; see `server.access`), and the
-OpenAPI page at `/docs`.
+Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `POST /batch_search` and
+`POST /search` (FlashRAG's, which ReSearch's rollout calls; see `server.flashrag`), `GET /health`,
+`POST /access` (page access by id or title, when `create_app` gets `pages`; see `server.access`), and
+the OpenAPI page at `/docs`.
 
 Under faults: a request whose client disconnects before its batch runs is dropped unsearched (the
 handler watches for the ASGI disconnect and cancels its job); after `RetrievalService.drain()`
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -42,6 +43,8 @@ from pydantic import ValidationError
 from verl_search.server.access import CorpusPages, add_access_route
 from verl_search.server.batcher import MicroBatcher
 from verl_search.server.cache import QueryCache
+from verl_search.server.flashrag import add_flashrag_routes
+from verl_search.server.limits import check_retrieve_limits
 from verl_search.server.schemas import HealthResponse, RetrieveRequest, RetrieveResponse, encode_retrieve_response
 from verl_search.server.service import (
     RetrievalService,
@@ -111,11 +114,6 @@ def parse_retrieve_request(body: bytes) -> RetrieveRequest:
         raise RequestValidationError(errors) from None
 
 
-def _unprocessable(field: str, message: str) -> HTTPException:
-    """A 422 shaped like FastAPI's own validation errors, naming the field."""
-    return HTTPException(status_code=422, detail=[{"loc": ["body", field], "msg": message, "type": "value_error"}])
-
-
 def _json_safe(value, limit: int = 200):
     """`value` made encodable as strict ASCII JSON: non-finite floats become strings, long strings and
     containers are cut to `limit` characters / items (a 1 MB query is not echoed back in a 422)."""
@@ -130,30 +128,6 @@ def _json_safe(value, limit: int = 200):
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return _json_safe(repr(value), limit)
-
-
-def check_retrieve_limits(body: RetrieveRequest, settings: ServerSettings) -> int:
-    """The `topk` of a parsed `/retrieve` body (the server's default when omitted), within `settings`.
-
-    Raises:
-        HTTPException: 422 naming the field when `topk`, the number of queries or a query's length
-            is above the server's limit.
-    """
-    topk = settings.default_topk if body.topk is None else body.topk
-    if topk > settings.max_topk:
-        raise _unprocessable("topk", f"topk is {topk}; this server allows at most max_topk={settings.max_topk}")
-    if len(body.queries) > settings.max_queries:
-        raise _unprocessable(
-            "queries",
-            f"{len(body.queries)} queries in one request; at most max_queries={settings.max_queries}: split the request",
-        )
-    for position, query in enumerate(body.queries):
-        if len(query) > settings.max_query_chars:
-            raise _unprocessable(
-                "queries",
-                f"queries[{position}] has {len(query)} characters; at most max_query_chars={settings.max_query_chars}",
-            )
-    return topk
 
 
 async def validation_error(request: Request | None, exc: RequestValidationError) -> Response:
@@ -210,6 +184,7 @@ def create_app(
     app.add_middleware(_StampArrival)
     app.post(RETRIEVE_PATH, response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI)(retrieve)
     app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})(health)
+    add_flashrag_routes(app)
     if pages is not None:
         add_access_route(app)
     return app
