@@ -133,6 +133,9 @@ def test_same_wire_format_validation_and_openapi(cluster, bm25_retriever):
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "top_k"
     assert httpx.post(f"{url}/retrieve", json={"queries": ["a"], "topk": 101}, timeout=30).status_code == 422
     assert "/retrieve" in httpx.get(f"{url}/openapi.json", timeout=30).json()["paths"]
+    # FlashRAG's route (ReSearch's rollout) on the same replicas
+    flashrag = httpx.post(f"{url}/batch_search", json={"query": ["Lilu mythology"], "top_n": 3}, timeout=30).json()
+    assert [doc["id"] for doc in flashrag[0]] == [h.passage.id for h in expected]
 
 
 def test_health_lists_replicas_and_requests_spread_over_them(cluster):
