@@ -173,3 +173,33 @@ def test_eval_command_on_real_smollm2(tmp_path, bm25_index):
     report = json.loads((out / "report.json").read_text())
     assert report["summary"]["all"]["n"] == 3 and set(report["summary"]) == {"hotpotqa", "musique", "2wiki", "all"}
     assert "| all | 3 |" in (out / "report.md").read_text()
+
+
+def test_samples_per_question_give_each_questions_sampled_success(tmp_path, tiny_qwen, bm25_server):
+    """`--samples 3 --temperature 1`: every question rolled out 3 times at temperature 1; the report counts the
+    questions answered in none, some (the frontier) and all of their samples."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    answers: dict[str, int] = {}
+
+    def mixed(prompt_text, turn):
+        question = question_of(prompt_text)
+        if turn == 0:
+            return f"<think>look it up</think><search> {question} </search>"
+        answers[question] = answers.get(question, 0) + 1
+        # hotpotqa always right, 2wiki right in its first sample only, musique never
+        right = SOURCE[question] == "hotpotqa" or (SOURCE[question] == "2wiki" and answers[question] == 1)
+        return f"<think>done</think><answer> {GOLD[question] if right else 'wrong'} </answer>"
+
+    llm = ScriptedLLM(tokenizer, mixed)
+    summary = run_eval(options(tmp_path, bm25_server, samples=3, temperature=1.0),
+                       engine=(llm, tokenizer, str(tiny_qwen)))
+    assert summary["all"]["n"] == 18 and {call[2]["temperature"] for call in llm.calls} == {1.0}
+    report = json.loads((tmp_path / "run" / "report.json").read_text())["by_question"]
+    assert (report["never"], report["sometimes"], report["always"]) == (2, 2, 2)
+    assert sorted(q["em"] for q in report["questions"].values()) == pytest.approx([0, 0, 1 / 3, 1 / 3, 1, 1])
+    assert "(the policy's frontier)" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_samples_at_temperature_0_are_refused():
+    with pytest.raises(ValueError, match="--samples=4 at --temperature 0.0.*--temperature 1.0"):
+        EvalOptions(data=["x"], samples=4)

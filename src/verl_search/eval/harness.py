@@ -66,7 +66,7 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
 
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = select_rows(options.data, options.protocol, options.max_per_source, options.seed)
+    rows = select_rows(options.data, options.protocol, options.max_per_source, options.seed, options.samples)
     data_file = out / "eval_data.parquet"
     write_parquet(rows, data_file)
     trajectories = out / "trajectories.jsonl"

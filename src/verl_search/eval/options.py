@@ -36,6 +36,13 @@ class EvalOptions:
             model decodes about 100 tokens/s in all, and small models ramble to the limit.
         prompt_length, response_length: verl's rollout lengths (tokens).
         temperature: 0 = greedy (verl's validation default).
+        samples: rollouts per question (default 1); with a temperature above 0 the report adds each
+            question's sampled success rate and how many questions are never, sometimes and always
+            answered (`verl_search.eval.report.by_question`): the questions at the policy's frontier.
+
+    Raises:
+        ValueError: `samples` below 1, or above 1 at temperature 0 (every sample would be the same
+            greedy answer).
     """
 
     data: list[str] = field(metadata=_help("[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable)"))
@@ -60,3 +67,12 @@ class EvalOptions:
     prompt_length: int = field(default=1024, metadata=_help("verl's rollout.prompt_length, tokens"))
     response_length: int = field(default=2048, metadata=_help("verl's rollout.response_length, tokens"))
     temperature: float = field(default=0.0, metadata=_help("0: greedy"))
+    samples: int = field(default=1, metadata=_help("rollouts per question (with --temperature above 0: each "
+                                                   "question's sampled success rate)"))
+
+    def __post_init__(self):
+        if self.samples < 1:
+            raise ValueError(f"--samples={self.samples} must be >= 1")
+        if self.samples > 1 and self.temperature <= 0:
+            raise ValueError(f"--samples={self.samples} at --temperature {self.temperature}: every sample would be the "
+                             "same greedy answer; pass --temperature 1.0")

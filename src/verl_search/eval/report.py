@@ -104,19 +104,47 @@ def plot(summary: dict[str, dict], path: Path, title: str) -> None:
     plt.close(figure)
 
 
+def by_question(records: list[dict]) -> dict:
+    """Each question's sampled success over its records (`rows.repeat_rows`: ids `QUESTION#k`).
+
+    Returns:
+        `{"questions": {question id: {"samples", "em", "score"}}` (means over its samples), `"never"`,
+        `"sometimes"`, `"always"`: questions whose samples matched exactly in none, some or all of them
+        (`"sometimes"`: the questions at the policy's frontier, the ones whose GRPO groups carry signal)}.
+    """
+    from verl_search.eval.rows import question_id
+
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        groups[question_id(record["id"])].append(record)
+    questions = {qid: {"samples": len(rows), "em": sum(r["em"] for r in rows) / len(rows),
+                       "score": sum(r["score"] for r in rows) / len(rows)} for qid, rows in sorted(groups.items())}
+    return {"questions": questions, "never": sum(q["em"] == 0 for q in questions.values()),
+            "sometimes": sum(0 < q["em"] < 1 for q in questions.values()),
+            "always": sum(q["em"] == 1 for q in questions.values())}
+
+
 def write_report(records: list[dict], out_dir: Path, title: str, meta: dict) -> dict:
-    """Write `report.json` (summary, `by_shape`, `meta`), `report.md` and `report.png`; return the summary.
+    """Write `report.json` (summary, `by_shape`, `by_question` with several samples per question, `meta`),
+    `report.md` and `report.png`; return the summary.
 
     `by_shape`: the model's EM / F1 by question shape beside the first- and last-named-option baselines
-    (`verl_search.eval.baselines`), also a section of `report.md`."""
+    (`verl_search.eval.baselines`), also a section of `report.md`; `by_question`: see `by_question`."""
     from verl_search.eval.baselines import by_shape, shape_table
+    from verl_search.eval.rows import SAMPLE_MARK
 
     summary = summarize(records)
     shapes = by_shape({"model": records})
-    (out_dir / "report.json").write_text(json.dumps({"meta": meta, "summary": summary, "by_shape": shapes}, indent=2),
-                                         encoding="utf-8")
-    (out_dir / "report.md").write_text(
-        to_markdown(summary, title) + "\n## By question shape, beside baselines that know nothing\n\n"
-        + shape_table(shapes), encoding="utf-8")
+    report = {"meta": meta, "summary": summary, "by_shape": shapes}
+    text = (to_markdown(summary, title) + "\n## By question shape, beside baselines that know nothing\n\n"
+            + shape_table(shapes))
+    if any(SAMPLE_MARK in record["id"] for record in records):
+        report["by_question"] = questions = by_question(records)
+        text += (f"\n## Sampled success per question\n\n{len(questions['questions'])} questions, "
+                 f"{len(records)} samples: exact match in none of a question's samples for {questions['never']}, "
+                 f"in some for {questions['sometimes']} (the policy's frontier), in all for {questions['always']} "
+                 "(`report.json` `by_question`).\n")
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (out_dir / "report.md").write_text(text, encoding="utf-8")
     plot(summary, out_dir / "report.png", title)
     return summary

@@ -6,17 +6,40 @@ from __future__ import annotations
 from verl_search.data.preprocess import Source, build_rows, sample_per_source
 
 
+SAMPLE_MARK = "#"
+"""Separates a question's id from its sample number in the ids of repeated rows (`repeat_rows`)."""
+
+
 def row_id(row: dict) -> str:
-    """A question's id in the output: `data_source/id`."""
+    """A question's id in the output: `data_source/id` (`data_source/id#k` for sample k, `repeat_rows`)."""
     return f"{row['data_source']}/{row['extra_info']['id']}"
 
 
-def select_rows(data: list[str], protocol: str, max_per_source: int | None, seed: int) -> list[dict]:
+def question_id(record_id: str) -> str:
+    """The question a record's id belongs to: the id without its sample number.
+
+    >>> question_id("nq/17#3"), question_id("nq/17")
+    ('nq/17', 'nq/17')
+    """
+    return record_id.rsplit(SAMPLE_MARK, 1)[0]
+
+
+def repeat_rows(rows: list[dict], samples: int) -> list[dict]:
+    """Each row `samples` times, sample k's `extra_info.id` suffixed `#k` (1: the rows as they are)."""
+    if samples == 1:
+        return rows
+    return [{**row, "extra_info": {**row["extra_info"], "id": f"{row['extra_info']['id']}{SAMPLE_MARK}{k}"}}
+            for row in rows for k in range(samples)]
+
+
+def select_rows(data: list[str], protocol: str, max_per_source: int | None, seed: int,
+                samples: int = 1) -> list[dict]:
     """The verl rows to evaluate, `extra_info.index` renumbered 0..n-1.
 
     Args:
         data: `[NAME=]PATH` of FlashRAG JSONL (preprocessed with `protocol`) or verl parquet files.
         max_per_source, seed: see `verl_search.data.preprocess.sample_per_source`.
+        samples: rows per question (`repeat_rows`).
 
     Raises:
         FileNotFoundError: an input does not exist.
@@ -37,6 +60,7 @@ def select_rows(data: list[str], protocol: str, max_per_source: int | None, seed
                 rows += sample_per_source(group, name, max_per_source, seed)
         else:
             rows += build_rows([source], "test", protocol, max_per_source, seed)
+    rows = repeat_rows(rows, samples)
     for index, row in enumerate(rows):
         row["extra_info"] = {**row["extra_info"], "index": index}
     return rows
