@@ -40,6 +40,11 @@ class QuickstartOptions:
             rollouts all scored alike are dropped and replaced by fresh questions, so every group trained
             on carries signal; max_gen_batches: generation batches one step may use before the run
             stops with an error (0: no limit).
+        frontier_questions: training questions whose sampled success the start model is measured on
+            before GRPO (`frontier_samples` rollouts each at temperature 1); GRPO then trains on those
+            answered in some but not all samples, and the start and GRPO models are measured on them
+            again (the probe set, `verl_search.quickstart.frontier`); 0 (default): GRPO trains on
+            every training question and no probe set is measured.
         permuted_reward: the control run: GRPO's scores shuffled among each step's trajectories
             (`verl_search.training.replay_buffer`), everything else the same; compare with the same run
             without it.
@@ -73,6 +78,10 @@ class QuickstartOptions:
         "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
     max_gen_batches: int = field(default=20, metadata=_help(
         "generation batches a GRPO step may use to find groups with signal (0: no limit)"))
+    frontier_questions: int = field(default=0, metadata=_help(
+        "training questions measured before GRPO; GRPO trains on those the start model answers sometimes, "
+        "which are also the probe set (0: every question, no probe set)"))
+    frontier_samples: int = field(default=8, metadata=_help("rollouts per frontier and probe question"))
     permuted_reward: bool = field(default=False, metadata=_help(
         "the control: GRPO trains on its scores shuffled among each step's trajectories"))
     max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
@@ -96,7 +105,10 @@ class QuickstartOptions:
                      "max_tokens_per_turn", "max_obs_tokens", "topk", "batch_size", "bootstrap_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
-        for name in ("sft_examples", "grpo_steps", "max_turns", "max_gen_batches"):
+        if self.frontier_samples < 2:
+            raise ValueError(f"--frontier-samples={self.frontier_samples}: a success rate between 0 and 1 needs at "
+                             "least 2 samples")
+        for name in ("sft_examples", "grpo_steps", "max_turns", "max_gen_batches", "frontier_questions"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 0")
         if self.group_size < 2 and self.grpo_steps:

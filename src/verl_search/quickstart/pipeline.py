@@ -7,8 +7,11 @@
 | `eval_untrained` | `eval/untrained/` (`verl-search eval`'s folder: `trajectories.jsonl`, `report.*`) | index, data |
 | `cold_start` | `cold_start/` (trajectories parquet, verl SFT log, metrics, checkpoint, `hf/`) | index, data |
 | `eval_cold_start` | `eval/cold_start/` | cold_start |
-| `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start |
+| `frontier` | `data/frontier.parquet`, `eval/frontier/` (`--frontier-questions` only) | cold_start |
+| `probe_cold_start` | `eval/probe_cold_start/` (the start model on the frontier, fresh samples) | frontier |
+| `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start, frontier |
 | `eval_grpo` | `eval/grpo/` | grpo |
+| `probe_grpo` | `eval/probe_grpo/` (the GRPO model on the frontier) | grpo, frontier |
 | `report` | `report.md`, `report.json`, `curves.png` | every evaluation |
 
 Memory: each stage runs in a child process of its own (or launches one), so the command's own process
@@ -176,6 +179,7 @@ class Quickstart:
         self.index = self.out / "index"
         self.train_file = self.out / "data" / "train.parquet"
         self.test_file = self.out / "data" / "test.parquet"
+        self.frontier_file = self.out / "data" / "frontier.parquet"
         from verl_search.eval.vllm_rollout import choose_engine
 
         # one engine for every evaluation and GRPO's rollouts, chosen as `verl-search eval` chooses
@@ -206,13 +210,24 @@ class Quickstart:
                 Stage("eval_cold_start", protocol, ("cold_start", "data"),
                       lambda: self.evaluate("cold_start", self.out / "cold_start" / "hf")),
             ]
+        frontier = ("frontier",) if o.frontier_questions else ()
+        probe = ("frontier_samples", *protocol)
+        if o.grpo_steps and o.frontier_questions:
+            stages += [
+                Stage("frontier", ("model", "sft_examples", "frontier_questions", "frontier_samples", "prompts_per_step",
+                                   "seed", *protocol), ("index", "data", "cold_start"), self.frontier),
+                Stage("probe_cold_start", probe, ("frontier",), lambda: self.probe("cold_start", self.start_model())),
+            ]
         if o.grpo_steps:
             stages += [
                 Stage("grpo", ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine",
                                "reward", "filter_groups", "max_gen_batches", "permuted_reward", "seed", *PROTOCOL_KEYS),
-                      ("index", "data", "cold_start"), self.grpo),
+                      ("index", "data", "cold_start", *frontier), self.grpo),
                 Stage("eval_grpo", protocol, ("grpo", "data"), lambda: self.evaluate("grpo", self.out / "grpo" / "hf")),
             ]
+        if o.grpo_steps and o.frontier_questions:
+            stages += [Stage("probe_grpo", probe, ("grpo", "frontier"),
+                             lambda: self.probe("grpo", self.out / "grpo" / "hf"))]
         return stages
 
     def build_index(self) -> None:
@@ -240,14 +255,42 @@ class Quickstart:
         in_child("verl_search.quickstart.cold_start:run_cold_start", self.base_model(), self.index, self.train_file,
                  self.out / "cold_start", self.options, response_length(self.options))
 
+    def start_model(self) -> str:
+        """GRPO's start: the cold-start model, or `--model` without a cold start."""
+        return str(self.out / "cold_start" / "hf") if self.options.sft_examples else self.base_model()
+
+    def sampled(self, model, data: Path, name: str):
+        """The protocol's `EvalOptions` for `model` on `data` into `eval/NAME`, `--frontier-samples` rollouts per
+        question at the frontier temperature."""
+        from verl_search.quickstart.frontier import FRONTIER_TEMPERATURE
+
+        return dataclasses.replace(for_model(self.protocol, str(model), data, self.out / "eval" / name),
+                                   samples=self.options.frontier_samples, temperature=FRONTIER_TEMPERATURE)
+
+    def frontier(self) -> None:
+        """The start model's sampled success on `--frontier-questions` training questions; those answered
+        sometimes become GRPO's training questions and the probe set (`quickstart.frontier`)."""
+        o = self.options
+        candidates = self.out / "data" / "frontier_candidates.parquet"
+        in_child("verl_search.quickstart.frontier:write_candidates", self.train_file, candidates, o.frontier_questions,
+                 o.seed)
+        in_child("verl_search.eval.harness:run_eval", self.sampled(self.start_model(), candidates, "frontier"))
+        summary = in_child("verl_search.quickstart.frontier:write_frontier", candidates, self.out / "eval" / "frontier",
+                           self.frontier_file, o.prompts_per_step)
+        logger.info("frontier: %s", summary)
+
+    def probe(self, name: str, model) -> None:
+        in_child("verl_search.eval.harness:run_eval", self.sampled(model, self.frontier_file, f"probe_{name}"))
+
     def grpo(self) -> None:
         from verl_search.quickstart.grpo import grpo_overrides, run_grpo
 
         o = self.options
-        start = str(self.out / "cold_start" / "hf") if o.sft_examples else self.base_model()
+        start = self.start_model()
         out = self.out / "grpo"
         out.mkdir(parents=True, exist_ok=True)
-        overrides = grpo_overrides(self.protocol, model=start, train_file=self.train_file, val_file=self.test_file,
+        train_file = self.frontier_file if o.frontier_questions else self.train_file
+        overrides = grpo_overrides(self.protocol, model=start, train_file=train_file, val_file=self.test_file,
                                    out=out, steps=o.grpo_steps, prompts_per_step=o.prompts_per_step,
                                    group_size=o.group_size, lr=o.grpo_lr, kl=False, reward=o.reward,
                                    max_gen_batches=o.max_gen_batches if o.filter_groups else None,
@@ -258,7 +301,7 @@ class Quickstart:
         """Write the report (always redone: it reads every stage's output)."""
         from verl_search.quickstart.grpo_signal import read_rollouts, tokenizer_counter
         from verl_search.quickstart.progress import logged_steps
-        from verl_search.quickstart.report import load_records, training_answer, write_report
+        from verl_search.quickstart.report import load_probes, load_records, training_answer, write_report
 
         records = load_records(self.out)
         steps = logged_steps(self.out / "grpo" / "metrics.jsonl")
@@ -268,7 +311,8 @@ class Quickstart:
                 "options": dataclasses.asdict(self.options), "recipe": str(self.recipe), "engine": self.engine,
                 "trajectories": {name: f"eval/{name}/trajectories.jsonl" for name in records}}
         return write_report(self.out, records, timings, steps, meta, self.options.bootstrap_samples, self.options.seed,
-                            read_rollouts(self.out / "grpo" / "rollouts"), count_tokens, training_answer(self.out))
+                            read_rollouts(self.out / "grpo" / "rollouts"), count_tokens, training_answer(self.out),
+                            load_probes(self.out))
 
 
 #: what `export_run` keeps of a run folder: the report, every log and metrics file, the cold-start

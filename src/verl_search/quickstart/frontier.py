@@ -1,0 +1,76 @@
+"""Training questions at the policy's frontier, and the probe set that measures learning on them.
+
+GRPO learns only from groups whose rewards differ. For a question the start model never answers (or always
+answers), all of a group's responses score alike and the group carries no signal; group filtering then drops
+it after paying for its generation. The frontier stage measures, before GRPO, the start model's sampled
+success on `--frontier-questions` training questions (`--frontier-samples` rollouts each at the recipe's
+rollout temperature, `verl-search eval --samples`), and GRPO trains on the questions answered in some but not
+all samples: a difficulty filter (as in DAPO and ReSearch-style curricula), whose cost is that evaluation.
+
+The same questions are the **probe set**: the start model and the GRPO model are each measured on them again
+with fresh samples (`probe_cold_start`, `probe_grpo`), and the report compares their sampled reward per
+question, paired. Fresh samples, not the frontier stage's own: questions picked because their first samples
+were mixed regress toward their true rate when sampled again, and the paired comparison must not mistake that
+for learning (or forgetting).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+FRONTIER_TEMPERATURE = 1.0
+"""Sampling temperature of the frontier and probe evaluations: the shipped GRPO recipe's rollout temperature."""
+
+
+def write_candidates(train_file: Path, out_file: Path, count: int, seed: int) -> int:
+    """`count` rows of `train_file` (a random sample fixed by `seed`, in file order) written to `out_file`;
+    returns how many (fewer when the file has fewer rows)."""
+    import pandas as pd
+
+    rows = pd.read_parquet(train_file)
+    keep = sorted(random.Random(f"frontier:{seed}").sample(range(len(rows)), min(count, len(rows))))
+    rows.iloc[keep].to_parquet(out_file, index=False)
+    return len(keep)
+
+
+def frontier_ids(eval_folder: Path) -> list[str]:
+    """Ids of the questions an evaluation with several samples per question answered (exact match) in some
+    but not all of them (`report.json` `by_question`, `verl_search.eval.report.by_question`).
+
+    Raises:
+        FileNotFoundError: the folder has no report with `by_question` (not an evaluation with `--samples`).
+    """
+    report = Path(eval_folder) / "report.json"
+    by_question = json.loads(report.read_text()).get("by_question") if report.is_file() else None
+    if by_question is None:
+        raise FileNotFoundError(f"{report} has no by_question: not an evaluation with --samples above 1")
+    return [qid for qid, q in by_question["questions"].items() if 0 < q["em"] < 1]
+
+
+def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, minimum: int) -> dict:
+    """The candidate rows at the frontier (`frontier_ids`) written to `out_file`.
+
+    Returns:
+        `{"candidates", "never", "sometimes", "always"}`: question counts of the frontier evaluation.
+
+    Raises:
+        ValueError: fewer than `minimum` (one GRPO step's questions) at the frontier; the message says what to
+            change.
+    """
+    import pandas as pd
+
+    from verl_search.eval.rows import row_id
+
+    wanted = set(frontier_ids(eval_folder))
+    rows = pd.read_parquet(candidates_file)
+    keep = [i for i, row in enumerate(rows.to_dict("records")) if row_id(row) in wanted]
+    counts = json.loads((Path(eval_folder) / "report.json").read_text())["by_question"]
+    summary = {"candidates": len(rows), **{k: counts[k] for k in ("never", "sometimes", "always")}}
+    if len(keep) < minimum:
+        raise ValueError(f"{len(keep)} of {len(rows)} training questions are at the start model's frontier ({summary}); "
+                         f"a GRPO step needs {minimum}: raise --frontier-questions or --frontier-samples, or pass "
+                         "--frontier-questions 0 to train on every question")
+    rows.iloc[keep].to_parquet(out_file, index=False)
+    return summary

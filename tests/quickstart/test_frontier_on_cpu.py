@@ -1,0 +1,89 @@
+"""The quickstart's frontier: the training questions the start model answers sometimes become GRPO's questions and
+the probe set (`verl_search.quickstart.frontier`), the stages that measure them, and the report's paired
+comparison. The evaluation they read is `verl-search eval --samples` (its own test: tests/eval)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from verl_search.eval.report import by_question
+from verl_search.quickstart.frontier import frontier_ids, write_candidates, write_frontier
+from verl_search.quickstart.options import QuickstartOptions
+from verl_search.quickstart.report import probe_comparison
+
+
+def rows(count: int) -> pd.DataFrame:
+    return pd.DataFrame([{"data_source": "2wiki", "extra_info": {"id": str(i), "question": f"q{i}?"},
+                          "reward_model": {"ground_truth": {"target": ["a"]}}} for i in range(count)])
+
+
+def evaluation(folder, successes: dict[str, list[int]]):
+    """An eval folder whose report holds `by_question` for these samples (question id -> EM per sample)."""
+    records = [{"id": f"2wiki/{qid}#{k}", "em": float(em), "score": float(em)}
+               for qid, ems in successes.items() for k, em in enumerate(ems)]
+    folder.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"by_question": by_question(records)}))
+
+
+def test_the_frontier_is_the_questions_answered_in_some_samples(tmp_path):
+    pd.DataFrame(rows(10)).to_parquet(tmp_path / "train.parquet")
+    assert write_candidates(tmp_path / "train.parquet", tmp_path / "candidates.parquet", 6, seed=0) == 6
+    candidates = pd.read_parquet(tmp_path / "candidates.parquet")
+    ids = [row["id"] for row in candidates["extra_info"]]
+    assert len(set(ids)) == 6 and ids == sorted(ids, key=int)  # a sample, kept in file order
+    evaluation(tmp_path / "eval", {ids[0]: [0, 0, 0], ids[1]: [1, 0, 0], ids[2]: [1, 1, 1], ids[3]: [0, 1, 1],
+                                   ids[4]: [0, 0, 0], ids[5]: [0, 0, 0]})
+    assert sorted(frontier_ids(tmp_path / "eval")) == sorted([f"2wiki/{ids[1]}", f"2wiki/{ids[3]}"])
+    summary = write_frontier(tmp_path / "candidates.parquet", tmp_path / "eval", tmp_path / "frontier.parquet", 2)
+    assert summary == {"candidates": 6, "never": 3, "sometimes": 2, "always": 1}
+    assert [row["id"] for row in pd.read_parquet(tmp_path / "frontier.parquet")["extra_info"]] == [ids[1], ids[3]]
+    with pytest.raises(ValueError, match="2 of 6 training questions are at the start model's frontier.*needs 4"):
+        write_frontier(tmp_path / "candidates.parquet", tmp_path / "eval", tmp_path / "f.parquet", 4)
+    with pytest.raises(FileNotFoundError, match="--samples"):
+        frontier_ids(tmp_path / "nothing")
+
+
+def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):
+    from verl_search.quickstart.pipeline import Quickstart
+
+    names = lambda **kw: [s.name for s in Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers",  # noqa: E731
+                                                                       **kw)).stages()]
+    assert names() == ["index", "data", "eval_untrained", "cold_start", "eval_cold_start", "grpo", "eval_grpo"]
+    assert names(frontier_questions=40) == ["index", "data", "eval_untrained", "cold_start", "eval_cold_start",
+                                            "frontier", "probe_cold_start", "grpo", "eval_grpo", "probe_grpo"]
+    stages = {s.name: s for s in Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers",
+                                                              frontier_questions=40)).stages()}
+    assert "frontier" in stages["grpo"].needs and "frontier_questions" in stages["frontier"].keys
+    quickstart = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_samples=6))
+    options = quickstart.sampled("m", tmp_path / "frontier.parquet", "probe_grpo")
+    assert (options.samples, options.temperature, options.out) == (6, 1.0, str(tmp_path / "eval" / "probe_grpo"))
+    with pytest.raises(ValueError, match="--frontier-samples=1"):
+        QuickstartOptions(frontier_samples=1)
+
+
+def test_the_probe_comparison_pairs_each_questions_sampled_reward():
+    before = [{"id": f"2wiki/{q}#{k}", "score": float(k == 0), "em": float(k == 0)} for q in range(4) for k in range(4)]
+    after = [{"id": f"2wiki/{q}#{k}", "score": float(k < 2 + (q == 0)), "em": float(k < 2)} for q in range(4)
+             for k in range(4)]
+    comparison = probe_comparison(before, after, samples=200, seed=0)
+    assert comparison["em"]["before"] == 0.25 and comparison["em"]["after"] == 0.5
+    assert comparison["score"]["mean_diff"] == pytest.approx((0.5 + 0.25 * 3) / 4)
+    assert comparison["score"]["better"] == 4 and comparison["score"]["n"] == 4
+
+
+def test_the_report_has_the_probe_section_when_both_probes_ran(tmp_path):
+    from verl_search.quickstart.report import write_report
+
+    record = lambda qid, em: {"id": qid, "data_source": "2wiki", "question": "Who?", "golden_answers": ["a"],  # noqa: E731
+                              "prediction": "a" if em else "b", "em": em, "f1": em, "cover_em": em, "score": em,
+                              "num_searches": 1, "answered": True, "failed_searches": 0, "generated_tokens": 5}
+    models = {"cold_start": [record("2wiki/1", 0.0)], "grpo": [record("2wiki/1", 1.0)]}
+    probes = {"cold_start": [record(f"2wiki/1#{k}", float(k == 0)) for k in range(4)],
+              "grpo": [record(f"2wiki/1#{k}", float(k < 3)) for k in range(4)]}
+    report = write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes=probes)
+    assert report["probe"]["score"]["before"] == 0.25 and report["probe"]["score"]["after"] == 0.75
+    assert "## Sampled reward on the frontier probe set" in (tmp_path / "report.md").read_text()
+    assert write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes={})["probe"] is None
