@@ -76,7 +76,7 @@ class QuickstartOptions:
         "GRPO's reward: em (Search-R1's EM with format credit) or f1 (ReSearch's F1 with format credit)"))
     filter_groups: bool = field(default=True, metadata=_help(
         "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
-    max_gen_batches: int = field(default=20, metadata=_help(
+    max_gen_batches: int = field(default=100, metadata=_help(
         "generation batches a GRPO step may use to find groups with signal (0: no limit)"))
     frontier_questions: int = field(default=0, metadata=_help(
         "training questions measured before GRPO; GRPO trains on those the start model answers sometimes, "

@@ -69,7 +69,8 @@ def filter_settings(trainer_mode: str, refill_fn: Callable | None) -> dict[str, 
     Returns:
         `{}` when `refill_fn` is not a trainer's method (the buffer built outside a trainer); else
         `filter_groups_metric`, `sync_refill_failed_groups` and, for the sync trainer,
-        `train_batch_size`, `gen_batch_size` and `max_inflight_gen_batches`.
+        `train_batch_size`, `gen_batch_size`, `max_inflight_gen_batches` and, with the filter on,
+        `max_num_gen_batches` (which verl keeps from its own sampler; ours honours it).
 
     Raises:
         ValueError: `algorithm.filter_groups.enable` without a `metric` (verl's check).
