@@ -280,6 +280,7 @@ class Quickstart:
         logger.info("frontier: %s", summary)
 
     def probe(self, name: str, model) -> None:
+        """`model` sampled again on the frontier questions (the probe set) into `eval/probe_NAME`."""
         in_child("verl_search.eval.harness:run_eval", self.sampled(model, self.frontier_file, f"probe_{name}"))
 
     def grpo(self) -> None:
