@@ -1,0 +1,59 @@
+"""Paired comparison of `verl-search eval` runs on the same questions: EM and F1 differences with 95% bootstrap
+intervals and sign tests, overall and per question shape, and the by-shape table beside the baselines that know
+nothing (`verl_search.eval.baselines`). Prints markdown.
+
+    python benchmarks/compare_evals.py BEFORE_FOLDER AFTER_FOLDER [AFTER_FOLDER ...] [--train data/train.parquet]
+
+Each folder holds an evaluation's `trajectories.jsonl` (or `trajectories.jsonl.gz`); the first is the baseline
+every other is compared with, on the questions all of them share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+from verl_search.eval.baselines import by_shape, most_frequent_answer, question_shape, shape_table
+from verl_search.quickstart.report import paired_bootstrap
+
+
+def records(folder: Path) -> dict[str, dict]:
+    plain, packed = folder / "trajectories.jsonl", folder / "trajectories.jsonl.gz"
+    lines = plain.read_text().splitlines() if plain.is_file() else gzip.open(packed, "rt").read().splitlines()
+    return {r["id"]: r for r in map(json.loads, lines)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--train", type=Path, help="training parquet: adds the most-frequent-answer baseline")
+    args = parser.parse_args()
+    runs = {folder.name: records(folder) for folder in args.folders}
+    names = list(runs)
+    ids = sorted(set.intersection(*(set(r) for r in runs.values())))
+    print(f"{len(ids)} questions in common\n")
+    print("| comparison | questions | n | difference [95% CI] | better / worse | sign test p |")
+    print("| --- | --- | ---: | --- | --- | ---: |")
+    shapes = {"all": ids, **{s: [i for i in ids if question_shape(runs[names[0]][i]["question"]) == s]
+                             for s in ("two_option", "open")}}
+    for after in names[1:]:
+        for shape, chosen in shapes.items():
+            for key in ("em", "f1"):
+                c = paired_bootstrap([runs[names[0]][i][key] for i in chosen], [runs[after][i][key] for i in chosen])
+                print(f"| {names[0]} -> {after}: {key} | {shape} | {c['n']} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, "
+                      f"{c['ci95'][1]:+.3f}] | {c['better']} / {c['worse']} | {c['sign_p']:.3f} |")
+    frequent = None
+    if args.train:
+        import pandas as pd
+
+        from verl_search.rewards import gold_answers
+
+        frequent = most_frequent_answer(gold_answers(r["ground_truth"]) for r in pd.read_parquet(args.train)["reward_model"])
+    print()
+    print(shape_table(by_shape({name: [runs[name][i] for i in ids] for name in names}, frequent)))
+
+
+if __name__ == "__main__":
+    main()
