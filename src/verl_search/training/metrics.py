@@ -15,7 +15,6 @@ the reward runs after sampling and the reward metrics (`em`, `f1`, `cover_em`, `
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,8 +22,6 @@ import numpy as np
 import transfer_queue as tq
 
 from verl_search.protocol.vocabulary import ANSWERED, FAILED_SEARCHES, NUM_SEARCHES, TURNS, parse_action
-
-logger = logging.getLogger(__name__)
 
 PREFIX = "search"
 """Every metric name starts with `search/`."""
