@@ -15,8 +15,8 @@ import gzip
 import json
 from pathlib import Path
 
-from verl_search.eval.baselines import by_shape, most_frequent_answer, question_shape, shape_table
-from verl_search.quickstart.report import paired_bootstrap
+from verl_search.eval.baselines import by_shape, question_shape, shape_table
+from verl_search.quickstart.report import paired_bootstrap, training_answer
 
 
 def records(folder: Path) -> dict[str, dict]:
@@ -44,13 +44,7 @@ def main() -> None:
                 c = paired_bootstrap([runs[names[0]][i][key] for i in chosen], [runs[after][i][key] for i in chosen])
                 print(f"| {names[0]} -> {after}: {key} | {shape} | {c['n']} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, "
                       f"{c['ci95'][1]:+.3f}] | {c['better']} / {c['worse']} | {c['sign_p']:.3f} |")
-    frequent = None
-    if args.train:
-        import pandas as pd
-
-        from verl_search.rewards import gold_answers
-
-        frequent = most_frequent_answer(gold_answers(r["ground_truth"]) for r in pd.read_parquet(args.train)["reward_model"])
+    frequent = training_answer(args.train) if args.train else None
     print()
     print(shape_table(by_shape({name: [runs[name][i] for i in ids] for name in names}, frequent)))
 

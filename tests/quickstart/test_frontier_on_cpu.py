@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from verl_search.eval.report import by_question
-from verl_search.quickstart.frontier import frontier_ids, write_candidates, write_frontier
+from verl_search.quickstart.frontier import frontier_ids, sampled_success, write_candidates, write_frontier
 from verl_search.quickstart.options import QuickstartOptions
 from verl_search.quickstart.report import probe_comparison
 
@@ -36,14 +36,14 @@ def test_the_frontier_is_the_questions_answered_in_some_samples(tmp_path):
     assert len(set(ids)) == 6 and ids == sorted(ids, key=int)  # a sample, kept in file order
     evaluation(tmp_path / "eval", {ids[0]: [0, 0, 0], ids[1]: [1, 0, 0], ids[2]: [1, 1, 1], ids[3]: [0, 1, 1],
                                    ids[4]: [0, 0, 0], ids[5]: [0, 0, 0]})
-    assert sorted(frontier_ids(tmp_path / "eval")) == sorted([f"2wiki/{ids[1]}", f"2wiki/{ids[3]}"])
+    assert sorted(frontier_ids(sampled_success(tmp_path / "eval"))) == sorted([f"2wiki/{ids[1]}", f"2wiki/{ids[3]}"])
     summary = write_frontier(tmp_path / "candidates.parquet", tmp_path / "eval", tmp_path / "frontier.parquet", 2)
     assert summary == {"candidates": 6, "never": 3, "sometimes": 2, "always": 1}
     assert [row["id"] for row in pd.read_parquet(tmp_path / "frontier.parquet")["extra_info"]] == [ids[1], ids[3]]
     with pytest.raises(ValueError, match="2 of 6 training questions are at the start model's frontier.*needs 4"):
         write_frontier(tmp_path / "candidates.parquet", tmp_path / "eval", tmp_path / "f.parquet", 4)
     with pytest.raises(FileNotFoundError, match="--samples"):
-        frontier_ids(tmp_path / "nothing")
+        sampled_success(tmp_path / "nothing")
 
 
 def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):

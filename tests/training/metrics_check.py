@@ -9,6 +9,14 @@ SEARCH_METRICS = {"num_searches/mean", "num_searches/max", "num_searches/min", "
                   "failed_searches/mean", "failed_share", "answered/mean", "em/mean", "f1/mean",
                   "cover_em/mean", "format_ok/mean"}
 """The names (under `search/`) every step logs; the tag protocol adds `valid_turns/share`."""
+BATCH_PREFIXES = ("search/groups/", "search/score_before_filter/", "search/control/")
+"""`search/` metrics of the step's groups and of the control (`verl_search.training.replay_buffer`), not
+recomputed from single trajectories."""
+
+
+def logged_trajectory_metrics(values: dict[str, float]) -> dict[str, float]:
+    """The `search/*` metrics of one logged step that `expected_metrics` recomputes: all but `BATCH_PREFIXES`."""
+    return {k: v for k, v in values.items() if k.startswith("search/") and not k.startswith(BATCH_PREFIXES)}
 
 
 def expected_metrics(records: list[dict]) -> dict[str, float]:

@@ -236,10 +236,9 @@ def test_searches_end_the_turn_and_retrieved_tokens_are_masked(run):
 
 
 def test_search_metrics_logged_at_step_1_equal_the_rollouts(run):
-    from tests.training.metrics_check import expected_metrics
+    from tests.training.metrics_check import expected_metrics, logged_trajectory_metrics
 
-    logged = {k: v for k, v in run["metrics"][1].items()
-              if k.startswith("search/") and not k.startswith(("search/groups/", "search/score_before_filter/"))}
+    logged = logged_trajectory_metrics(run["metrics"][1])
     trained = {s["key"] for s in step_samples(run)}  # groups filtered out were generated, not trained on
     records = [r for r in run["records"] if r["key"] in trained]
     assert len(records) == run["batch"], len(records)

@@ -96,10 +96,9 @@ def test_the_control_trains_on_the_true_scores_permuted(run):
 
 
 def test_failed_searches_are_counted_in_the_step_metrics(run):
-    from tests.training.metrics_check import expected_metrics
+    from tests.training.metrics_check import expected_metrics, logged_trajectory_metrics
 
-    logged = {k: v for k, v in run["metrics"][1].items()
-              if k.startswith("search/") and not k.startswith(("search/groups/", "search/score_", "search/control/"))}
+    logged = logged_trajectory_metrics(run["metrics"][1])
     expected = expected_metrics([r for r in run["records"] if r["global_steps"] == 1])
     assert logged == pytest.approx(expected, abs=1e-6)
     assert logged["search/searched/mean"] > 0 and logged["search/failed_share"] == 1.0, logged

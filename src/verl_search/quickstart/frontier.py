@@ -35,9 +35,8 @@ def write_candidates(train_file: Path, out_file: Path, count: int, seed: int) ->
     return len(keep)
 
 
-def frontier_ids(eval_folder: Path) -> list[str]:
-    """Ids of the questions an evaluation with several samples per question answered (exact match) in some
-    but not all of them (`report.json` `by_question`, `verl_search.eval.report.by_question`).
+def sampled_success(eval_folder: Path) -> dict:
+    """The `by_question` part of an evaluation's `report.json` (`verl_search.eval.report.by_question`).
 
     Raises:
         FileNotFoundError: the folder has no report with `by_question` (not an evaluation with `--samples`).
@@ -46,11 +45,17 @@ def frontier_ids(eval_folder: Path) -> list[str]:
     by_question = json.loads(report.read_text()).get("by_question") if report.is_file() else None
     if by_question is None:
         raise FileNotFoundError(f"{report} has no by_question: not an evaluation with --samples above 1")
+    return by_question
+
+
+def frontier_ids(by_question: dict) -> list[str]:
+    """Ids of the questions answered (exact match) in some but not all of their samples (`sampled_success`)."""
     return [qid for qid, q in by_question["questions"].items() if 0 < q["em"] < 1]
 
 
 def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, minimum: int) -> dict:
-    """The candidate rows at the frontier (`frontier_ids`) written to `out_file`.
+    """The candidate rows at the frontier (`frontier_ids` of the evaluation in `eval_folder`) written to
+    `out_file`.
 
     Returns:
         `{"candidates", "never", "sometimes", "always"}`: question counts of the frontier evaluation.
@@ -58,16 +63,17 @@ def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, min
     Raises:
         ValueError: fewer than `minimum` (one GRPO step's questions) at the frontier; the message says what to
             change.
+        FileNotFoundError: as `sampled_success`.
     """
     import pandas as pd
 
     from verl_search.eval.rows import row_id
 
-    wanted = set(frontier_ids(eval_folder))
+    by_question = sampled_success(eval_folder)
+    wanted = set(frontier_ids(by_question))
     rows = pd.read_parquet(candidates_file)
     keep = [i for i, row in enumerate(rows.to_dict("records")) if row_id(row) in wanted]
-    counts = json.loads((Path(eval_folder) / "report.json").read_text())["by_question"]
-    summary = {"candidates": len(rows), **{k: counts[k] for k in ("never", "sometimes", "always")}}
+    summary = {"candidates": len(rows), **{k: by_question[k] for k in ("never", "sometimes", "always")}}
     if len(keep) < minimum:
         raise ValueError(f"{len(keep)} of {len(rows)} training questions are at the start model's frontier ({summary}); "
                          f"a GRPO step needs {minimum}: raise --frontier-questions or --frontier-samples, or pass "

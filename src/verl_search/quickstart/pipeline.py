@@ -312,7 +312,8 @@ class Quickstart:
                 "options": dataclasses.asdict(self.options), "recipe": str(self.recipe), "engine": self.engine,
                 "trajectories": {name: f"eval/{name}/trajectories.jsonl" for name in records}}
         return write_report(self.out, records, timings, steps, meta, self.options.bootstrap_samples, self.options.seed,
-                            read_rollouts(self.out / "grpo" / "rollouts"), count_tokens, training_answer(self.out),
+                            read_rollouts(self.out / "grpo" / "rollouts"), count_tokens,
+                            training_answer(self.train_file),
                             load_probes(self.out))
 
 

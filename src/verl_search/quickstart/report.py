@@ -79,31 +79,24 @@ def _cell(entry: dict, key: str) -> str:
     return f"{value['mean']:.3f} [{value['ci95'][0]:.3f}, {value['ci95'][1]:.3f}]"
 
 
-def question_means(records: list[dict], key: str) -> dict[str, float]:
-    """Per question, the mean of `key` over its samples (record ids `QUESTION#k`, `eval --samples`)."""
-    from verl_search.eval.rows import question_id
-
-    groups: dict[str, list[float]] = {}
-    for record in records:
-        groups.setdefault(question_id(record["id"]), []).append(float(record[key]))
-    return {qid: sum(values) / len(values) for qid, values in groups.items()}
-
-
 def probe_comparison(before: list[dict], after: list[dict], samples: int, seed: int) -> dict:
     """The probe set's sampled reward and EM per question, before vs after GRPO, paired over the questions
-    (`paired_bootstrap` of the per-question means; `verl_search.quickstart.frontier`).
+    (`paired_bootstrap` of the per-question means, `verl_search.eval.report.by_question`;
+    `verl_search.quickstart.frontier`).
 
     Raises:
         ValueError: the two evaluations share no question.
     """
+    from verl_search.eval.report import by_question
+
+    a, b = by_question(before)["questions"], by_question(after)["questions"]
+    ids = sorted(a.keys() & b.keys())
+    if not ids:
+        raise ValueError("the probe evaluations share no question")
     result = {}
     for key in ("score", "em"):
-        a, b = question_means(before, key), question_means(after, key)
-        ids = sorted(a.keys() & b.keys())
-        if not ids:
-            raise ValueError("the probe evaluations share no question")
-        result[key] = paired_bootstrap([a[i] for i in ids], [b[i] for i in ids], samples, seed)
-        result[key].update(before=sum(a[i] for i in ids) / len(ids), after=sum(b[i] for i in ids) / len(ids))
+        result[key] = paired_bootstrap([a[i][key] for i in ids], [b[i][key] for i in ids], samples, seed)
+        result[key].update(before=sum(a[i][key] for i in ids) / len(ids), after=sum(b[i][key] for i in ids) / len(ids))
     return result
 
 
@@ -262,10 +255,10 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     return report
 
 
-def training_answer(out: Path) -> str | None:
-    """The most frequent gold answer of run folder `out`'s training questions (`data/train.parquet`), or None
-    without that file."""
-    path = Path(out) / "data" / "train.parquet"
+def training_answer(path: Path) -> str | None:
+    """The most frequent gold answer of the training questions in the verl parquet `path` (a run folder's
+    `data/train.parquet`), or None without that file."""
+    path = Path(path)
     if not path.is_file():
         return None
     import pandas as pd
@@ -314,7 +307,9 @@ def rerender_report(out: Path, count_tokens=None) -> dict:
     options = old["meta"].get("options", {})
     return write_report(out, load_records(out), old["stages"], logged_steps(out / "grpo" / "metrics.jsonl"),
                         old["meta"], options.get("bootstrap_samples", 10000), options.get("seed", 0),
-                        read_rollouts(out / "grpo" / "rollouts"), count_tokens, training_answer(out), load_probes(out))
+                        read_rollouts(out / "grpo" / "rollouts"), count_tokens,
+                        training_answer(out / "data" / "train.parquet"),
+                        load_probes(out))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -53,7 +53,6 @@ from verl_search.server.service import (
     get_service,
     get_settings,
     ready_batcher,
-    search_through_cache,
 )
 from verl_search.server.settings import ServerSettings
 
@@ -212,11 +211,7 @@ async def retrieve(
         return Response(status_code=499)
     body = parse_retrieve_request(raw)
     topk = check_retrieve_limits(body, settings)
-    service.in_flight += 1
-    try:
-        hits, from_cache = await search_through_cache(request.receive, batcher, cache, list(body.queries), topk)
-    finally:
-        service.in_flight -= 1
+    hits, from_cache = await service.search(request.receive, batcher, cache, list(body.queries), topk)
     if hits is None:  # the client gave up: nobody reads an answer
         return Response(status_code=499)
     timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"

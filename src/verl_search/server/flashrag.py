@@ -34,7 +34,6 @@ from verl_search.server.service import (
     get_service,
     get_settings,
     ready_batcher,
-    search_through_cache,
 )
 from verl_search.server.settings import ServerSettings
 
@@ -76,11 +75,7 @@ async def _answer(request: Request, queries: list[str], top_n: int, return_score
                   batcher: MicroBatcher, cache: QueryCache, settings: ServerSettings,
                   service: RetrievalService) -> Response:
     topk = check_limits(queries, top_n, settings, queries_field="query", topk_field="top_n")
-    service.in_flight += 1
-    try:
-        hits, _ = await search_through_cache(request.receive, batcher, cache, queries, topk)
-    finally:
-        service.in_flight -= 1
+    hits, _ = await service.search(request.receive, batcher, cache, queries, topk)
     if hits is None:  # the client gave up
         return Response(status_code=499)
     return Response(encode_flashrag(hits, return_score, single), media_type="application/json")

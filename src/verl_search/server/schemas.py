@@ -179,7 +179,8 @@ def parse_access_response(body: bytes | str | dict, num_values: int) -> list[dic
 
 class HealthResponse(BaseModel):
     """Body of `GET /health`: `status` is `loading`, `ready`, `failed` or `draining` (shutting down
-    after SIGTERM); HTTP 503 unless ready. `in_flight`: `/retrieve` requests being answered now.
+    after SIGTERM); HTTP 503 unless ready. `in_flight`: search requests (`/retrieve`, `/batch_search`,
+    `/search`) being answered now.
 
     Counters since start: `batches` (retriever calls), `queries` (queries searched, in-batch
     duplicates included), `duplicates` (queries answered by another copy in the same batch),

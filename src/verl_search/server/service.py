@@ -39,8 +39,8 @@ class RetrievalService:
 
     Attributes:
         status: `loading`, `ready` or `failed` (`error` then says why); `draining`: True once
-            `drain()` was called (SIGTERM, see `server.serve`); `in_flight`: `/retrieve` requests
-            being answered; `retriever`, `batcher`: None until loaded.
+            `drain()` was called (SIGTERM, see `server.serve`); `in_flight`: search requests
+            (`/retrieve`, `/batch_search`, `/search`) being answered (`search`); `retriever`, `batcher`: None until loaded.
     """
 
     def __init__(self, settings: ServerSettings, cache: QueryCache, pages=None,
@@ -55,6 +55,14 @@ class RetrievalService:
         self.error: str | None = None
         self.retriever: Retriever | None = None
         self.batcher: MicroBatcher | None = None
+
+    async def search(self, receive, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
+        """`search_through_cache`, counted in `in_flight` while it runs (a drain waits for it)."""
+        self.in_flight += 1
+        try:
+            return await search_through_cache(receive, batcher, cache, queries, topk)
+        finally:
+            self.in_flight -= 1
 
     def load(self, source: RetrieverSource, on_failure: Callable[[BaseException], None] | None) -> None:
         """Load the retriever (call `source` unless it is one) and start its batcher; on an
