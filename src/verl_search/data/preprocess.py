@@ -7,11 +7,11 @@ or `.jsonl.gz`), or a shipped question set by name (`mini-wiki`, `mini-wiki:trai
 | column | value |
 | --- | --- |
 | `data_source` | dataset name: the row's `source` field, else the input's name (default: its folder, `nq`, ...) |
-| `prompt` | `[{"role": "user", "content": <template with the question>}]` |
+| `prompt` | the protocol's chat messages: `[{"role": "user", "content": <template with the question>}]`; `research`: ReSearch's system prompt, then the bare question |
 | `ability` | `"fact-reasoning"` |
 | `reward_model` | `{"ground_truth": {"target": golden_answers}, "style": "rule"}` |
 | `extra_info` | `index`, `split`, `id`, `question`, `protocol`, `need_tools_kwargs`, `tools_kwargs` |
-| `agent_name` | `tool_agent` (tool protocol) or `search_r1_agent` (tag protocol) |
+| `agent_name` | the protocol's agent loop: `tool_agent`, `search_r1_agent` or `research_agent` |
 
 `agent_name` selects the agent loop per row: without it verl runs `single_turn_agent` and the
 tool is never called (verl issue #3008). `tools_kwargs.search.create_kwargs` reaches
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from verl_search.data.prompts import AGENT_NAMES, TEMPLATES
+from verl_search.protocol.registry import ProtocolName, get_protocol
 from verl_search.datasets import DEFAULT_TRAIN_EXCLUDE, normalize_question, parse_spec, question_lines
 from verl_search.protocol.vocabulary import SEARCH_TOOL
 
@@ -54,15 +54,15 @@ def make_row(example: dict, index: int, split: str, data_source: str, protocol: 
         index: the row's index (`extra_info.index`; verl uses it to group GRPO samples).
         split: `"train"` or `"test"`.
         data_source: the dataset name written to `data_source`.
-        protocol: `"tool"` (hermes tool calls) or `"search_r1"` (tags).
+        protocol: a `verl_search.protocol.registry` name: `"tool"` (hermes tool calls), `"search_r1"`
+            (Search-R1 tags) or `"research"` (ReSearch tags).
         topk: passages per search for this row (`create_kwargs.topk`); None = the tool's default.
 
     Raises:
         RowError: if the question is missing/blank or `golden_answers` is not a non-empty list of strings.
         ValueError: on an unknown protocol.
     """
-    if protocol not in TEMPLATES:
-        raise ValueError(f"protocol must be one of {sorted(TEMPLATES)}, got {protocol!r}")
+    spec = get_protocol(protocol)
     question = example.get("question")
     if not isinstance(question, str) or not question.strip():
         raise RowError('"question" must be a non-empty string')
@@ -75,7 +75,7 @@ def make_row(example: dict, index: int, split: str, data_source: str, protocol: 
     create_kwargs = {"question": question, "data_source": data_source, "topk": topk}
     return {
         "data_source": data_source,
-        "prompt": [{"role": "user", "content": TEMPLATES[protocol].format(question=question)}],
+        "prompt": spec.messages(question),
         "ability": "fact-reasoning",
         "reward_model": {"ground_truth": {"target": list(answers)}, "style": "rule"},
         "extra_info": {
@@ -84,10 +84,10 @@ def make_row(example: dict, index: int, split: str, data_source: str, protocol: 
             "id": str(example.get("id", index)),
             "question": question,
             "protocol": protocol,
-            "need_tools_kwargs": protocol == "tool",
+            "need_tools_kwargs": spec.uses_tools,
             "tools_kwargs": {SEARCH_TOOL: {"create_kwargs": create_kwargs}},
         },
-        "agent_name": AGENT_NAMES[protocol],
+        "agent_name": spec.agent_name,
     }
 
 
@@ -213,7 +213,7 @@ class PreprocessOptions:
         inputs: `[NAME=]PATH` of FlashRAG JSONL files (`.gz` too) or shipped sets (`mini-wiki:train`).
         out: the parquet file to write (atomically).
         split: `train` or `test` (`extra_info.split`).
-        protocol: `tool` (hermes tool calls) or `search_r1` (tags).
+        protocol: `tool` (hermes tool calls), `search_r1` (Search-R1 tags) or `research` (ReSearch tags).
         max_per_source, seed: random sample of at most N rows per data source.
         topk: passages per search for these rows (default: the tool's).
         on_bad_row: `error` stops at the first bad line (file:line and what is wrong); `skip` logs each.
@@ -225,7 +225,8 @@ class PreprocessOptions:
     inputs: list[str]
     out: str = field(metadata={"help": "output parquet file (written atomically)"})
     split: Literal["train", "test"] = field(metadata={"help": "extra_info.split of the rows"})
-    protocol: Literal["tool", "search_r1"] = field(default="tool", metadata={"help": "tool (hermes tool calls) or search_r1 (tags)"})
+    protocol: ProtocolName = field(default="tool", metadata={
+        "help": "tool (hermes tool calls), search_r1 (Search-R1 tags) or research (ReSearch tags)"})
     max_per_source: int | None = field(default=None, metadata={"help": "random sample of at most N rows per data source"})
     seed: int = field(default=0, metadata={"help": "seed of the --max-per-source sample"})
     topk: int | None = field(default=None, metadata={"help": "passages per search for these rows"})

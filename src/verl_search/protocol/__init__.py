@@ -1,7 +1,11 @@
-"""The protocol between the model and its environment, in one home (standard library only).
+"""The protocols between the model and its environment, in one home (standard library only).
 
+* `base.Protocol`: what a protocol fixes (prompt, stop strings, action parsing, observation frame,
+  format rules, answer extraction); `registry.get_protocol(name)` resolves `--protocol`;
+* `search_r1`, `tool`, `research`: the three protocols;
 * `vocabulary`: tags and their regexes, the environment's fixed messages, the trajectory field
-  names, `DEFAULT_TOPK`, `parse_action` (the leaf every side shares; rewards import it alone);
-* `tokens`: the tag protocol token-exact: a turn cut at its first stop string, an observation cut
-  to its token budget (used by the agent loop, the generation engines and the quickstart).
+  names, `DEFAULT_TOPK`, `parse_action` (the leaf every side shares);
+* `answers`: the model's own `<answer>` in a tag-protocol response;
+* `tokens`: token-exact cuts: a turn cut at its first stop string, an observation cut to its token
+  budget (used by the agent loops, the generation engines and the quickstart).
 """

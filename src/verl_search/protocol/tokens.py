@@ -38,17 +38,19 @@ def cut_at_first_stop(token_ids: list[int], decode, stops: list[str] = STOP_STRI
     return list(token_ids[:low])
 
 
-def observation_tokens(body: str, encode, max_tokens: int, notice: str = "") -> tuple[list[int], bool]:
-    """Tokens of `\\n\\n<information>{body}{notice}</information>\\n\\n`, at most `max_tokens`.
+def observation_tokens(body: str, encode, max_tokens: int, notice: str = "", prefix: str = OBSERVATION_PREFIX,
+                       suffix: str = OBSERVATION_SUFFIX) -> tuple[list[int], bool]:
+    """Tokens of `{prefix}{body}{notice}{suffix}` (default: Search-R1's
+    `\\n\\n<information>...</information>\\n\\n`), at most `max_tokens`.
 
     The body is tokenised once and cut by tokens (with a `...(truncated)` mark); the prefix, the
-    notice and the closing `</information>` are always kept. `encode(text) -> list[int]`.
+    notice and the suffix (the closing tag) are always kept. `encode(text) -> list[int]`.
 
     Returns:
         `(token_ids, truncated)`; `token_ids` is empty when even the frame does not fit.
     """
-    head = encode(OBSERVATION_PREFIX)
-    tail = encode(notice + OBSERVATION_SUFFIX)
+    head = encode(prefix)
+    tail = encode(notice + suffix)
     body_ids = encode(body)
     if len(head) + len(body_ids) + len(tail) <= max_tokens:
         return head + body_ids + tail, False

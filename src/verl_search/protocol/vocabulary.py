@@ -30,8 +30,9 @@ STOP_STRINGS = ["</search>", "</answer>"]
 ACTION_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 #: an `<answer>` block (the prediction is the last one the model wrote)
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-#: text the environment wrote (never scored); an unclosed block runs to the end
-RETRIEVED_RE = re.compile(r"<(information|tool_response)>.*?(</\1>|$)", re.DOTALL)
+#: text the environment wrote (never scored: Search-R1, tool-call and ReSearch observations); an unclosed
+#: block runs to the end
+RETRIEVED_RE = re.compile(r"<(information|tool_response|result)>.*?(</\1>|$)", re.DOTALL)
 #: the body of each `<information>` block
 INFORMATION_RE = re.compile(r"<information>(.*?)</information>", re.DOTALL)
 #: a `<tool_response>` block, an unclosed one running to the end
@@ -75,6 +76,7 @@ ACCESS_ERRORS = "access_errors"  #: list[str], the reason of each failed page ac
 INVALID_ACTIONS = "invalid_actions"  #: int, tag-protocol turns with neither a search nor an answer
 ANSWERED = "answered"  #: bool, the model wrote an answer
 TURNS = "turns"  #: list[dict], one record per model turn (tag-protocol agent loop)
+ENDED_WITH_EOS = "ended_with_eos"  #: bool, the last model turn ended with the tokenizer's EOS (ReSearch loop)
 #: the integer counters among them
 COUNTERS = (NUM_SEARCHES, FAILED_SEARCHES, INVALID_ACTIONS)
 

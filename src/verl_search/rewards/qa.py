@@ -12,7 +12,8 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-from verl_search.protocol.vocabulary import ANSWER_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, RETRIEVED_RE
+from verl_search.protocol.answers import count_answers, extract_answer, strip_retrieved  # noqa: F401 (re-exported)
+from verl_search.protocol.vocabulary import INFORMATION_RE
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -26,38 +27,6 @@ def normalize_answer(text: str) -> str:
     """
     text = text.lower().translate(_PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def strip_retrieved(response: str) -> str:
-    """What the model itself wrote: the response without `<information>...</information>` /
-    `<tool_response>...</tool_response>` blocks (an unclosed block runs to the end) and without
-    the agent loop's fixed messages. Search-R1's correction message contains the literal text
-    `<answer> and </answer>`; left in, it would be scored as the model's answer."""
-    for message in (INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE):
-        response = response.replace(message, " ")
-    return RETRIEVED_RE.sub(" ", response)
-
-
-def extract_answer(response: str) -> str | None:
-    """The last `<answer>...</answer>` the model wrote, stripped; `None` if there is none.
-
-    Only the response is given (verl's reward loop decodes the response tokens, not the prompt),
-    so one answer tag suffices. Search-R1's `extract_solution` scores prompt + response and
-    therefore needs two tags (the prompt's example `<answer> Beijing </answer>` is the first;
-    Search-R1 issue #79); that rule would reject every correct response here.
-
-    >>> extract_answer("<think>..</think><answer> Paris </answer>")
-    'Paris'
-    >>> extract_answer("<information><answer>leak</answer></information>") is None
-    True
-    """
-    matches = ANSWER_RE.findall(strip_retrieved(response))
-    return matches[-1].strip() if matches else None
-
-
-def count_answers(response: str) -> int:
-    """How many `<answer>` blocks the model wrote (retrieved text excluded)."""
-    return len(ANSWER_RE.findall(strip_retrieved(response)))
 
 
 def exact_match(prediction: str, golds: Iterable[str]) -> float:
@@ -86,3 +55,10 @@ def f1_score(prediction: str, golds: Iterable[str]) -> float:
         precision, recall = overlap / len(prediction_tokens), overlap / len(gold_tokens)
         best = max(best, 2 * precision * recall / (precision + recall))
     return best
+
+
+def retrieval_has_answer(response: str, golds: Iterable[str]) -> bool:
+    """Whether a normalised gold answer occurs in some `<information>` block (Search-R1's
+    `is_retrieval_correct`)."""
+    blocks = [normalize_answer(block) for block in INFORMATION_RE.findall(response)]
+    return any(normalize_answer(g) and normalize_answer(g) in block for g in golds for block in blocks)

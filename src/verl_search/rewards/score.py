@@ -6,12 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from verl_search.protocol.vocabulary import FAILED_SEARCHES, NUM_SEARCHES
-from verl_search.rewards.format import retrieval_has_answer, search_r1_format_ok, tool_call_format_ok
-from verl_search.rewards.qa import (count_answers, cover_exact_match, exact_match, extract_answer, f1_score,
+from verl_search.protocol.registry import PROTOCOLS, get_protocol
+from verl_search.protocol.vocabulary import ENDED_WITH_EOS, FAILED_SEARCHES, NUM_SEARCHES
+from verl_search.rewards.qa import (count_answers, cover_exact_match, exact_match, f1_score, retrieval_has_answer,
                                    strip_retrieved)
-
-PROTOCOLS = ("search_r1", "tool")
+from verl_search.rewards.research import FORMAT_SCORE, research_score
 ANSWER_SCORES = ("em", "f1")
 """What a well-formed answer earns: `em` (Search-R1) or `f1` (ReSearch's partial credit)."""
 
@@ -42,11 +41,17 @@ def gold_answers(ground_truth: Any) -> list[str]:
 
 
 def detect_protocol(response: str, extra_info: dict) -> str:
-    """`extra_info["protocol"]` when set (our preprocessing writes it), else guessed from the tags."""
+    """`extra_info["protocol"]` when set (our preprocessing writes it), else guessed from the tags.
+
+    >>> detect_protocol("<search> q </search> <result>\\n...\\n</result>", {})
+    'research'
+    """
     protocol = extra_info.get("protocol")
     if protocol in PROTOCOLS:
         return protocol
-    return "tool" if "<tool_call>" in response or "<tool_response>" in response else "search_r1"
+    if "<tool_call>" in response or "<tool_response>" in response:
+        return "tool"
+    return "research" if "<result>" in response or "\\boxed" in response else "search_r1"
 
 
 def compute_score(
@@ -62,6 +67,7 @@ def compute_score(
     answer_spam_penalty: float = 0.0,
     max_answers: int = 1,
     answer_score: str = "em",
+    research_format_score: float = FORMAT_SCORE,
     **kwargs: Any,
 ) -> dict:
     """Score one response: exact match (or token F1) of its last `<answer>`, with optional format terms.
@@ -82,12 +88,16 @@ def compute_score(
 
     `answer_spam_penalty` is subtracted when the model wrote more than `max_answers` answer blocks.
 
+    A response of the `research` protocol gets ReSearch's reward (`verl_search.rewards.research`:
+    F1 of its `\\boxed{}` answer, `research_format_score` (0.1) when well formed with F1 0, 0 when
+    malformed or cut at the length limit); the other weights do not apply to it.
+
     Args:
         data_source: the row's `data_source` (kept for logging; scoring does not depend on it).
         solution_str: the decoded response (verl's reward loop: response tokens only).
         ground_truth: gold answers (see `gold_answers`).
         extra_info: the row's `extra_info` merged with the trajectory's extra fields; read:
-            `protocol`, `num_searches`, `failed_searches`.
+            `protocol`, `num_searches`, `failed_searches`, `ended_with_eos`.
 
     Returns:
         `{"score", "acc" (EM), "f1", "cover_em", "pred" ("" if none), "num_searches",
@@ -101,13 +111,16 @@ def compute_score(
     extra_info = extra_info or {}
     golds = gold_answers(ground_truth)
     protocol = detect_protocol(solution_str, extra_info)
-    format_ok = (search_r1_format_ok if protocol == "search_r1" else tool_call_format_ok)(solution_str)[0]
-    prediction = extract_answer(solution_str)
+    spec = get_protocol(protocol)
+    format_ok = spec.format_check(solution_str)[0]
+    prediction = spec.extract_answer(solution_str)
     num_answers = count_answers(solution_str)
     em = exact_match(prediction, golds) if prediction is not None else 0.0
     f1 = f1_score(prediction, golds) if prediction is not None else 0.0
 
-    if answer_score == "f1":
+    if protocol == "research":
+        score = research_score(solution_str, golds, extra_info.get(ENDED_WITH_EOS), research_format_score)[0]
+    elif answer_score == "f1":
         score = (f1 if f1 > 0 else structure_format_score) if format_ok else 0.0
     elif em:
         score = correct_score - (0.0 if format_ok else structure_format_score)
@@ -121,7 +134,7 @@ def compute_score(
     searches = extra_info.get(NUM_SEARCHES)
     if searches is None:  # counted from what the model wrote: the correction message names `<search>` too
         written = strip_retrieved(solution_str)
-        searches = written.count("<search>") if protocol == "search_r1" else written.count("<tool_call>")
+        searches = written.count("<tool_call>") if protocol == "tool" else written.count("<search>")
     return {
         "score": float(score),
         "acc": em,
