@@ -5,6 +5,7 @@ import sys
 from dataclasses import fields
 
 from verl_search import cli
+from verl_search.protocol.registry import get_protocol
 from verl_search.eval.options import EvalOptions
 from verl_search.protocol.vocabulary import DEFAULT_TOPK
 from verl_search.retrieval.hybrid import HybridOptions
@@ -45,7 +46,10 @@ def test_cli_defaults_are_the_classes_defaults():
 
 def test_topk_default_is_declared_once():
     assert ServerSettings().default_topk == SearchClientConfig().topk == DEFAULT_TOPK
-    assert EvalOptions(data=[]).topk == DEFAULT_TOPK
+    # eval's default is the protocol's own: Search-R1's 3 for search_r1 and tool, ReSearch's 5 for research
+    assert EvalOptions(data=[]).topk is None
+    assert get_protocol("search_r1").default_topk == get_protocol("tool").default_topk == DEFAULT_TOPK
+    assert get_protocol("research").default_topk == 5
 
 
 SERVE_IMPORTS = """

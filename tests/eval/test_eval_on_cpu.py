@@ -203,3 +203,48 @@ def test_samples_per_question_give_each_questions_sampled_success(tmp_path, tiny
 def test_samples_at_temperature_0_are_refused():
     with pytest.raises(ValueError, match="--samples=4 at --temperature 0.0.*--temperature 1.0"):
         EvalOptions(data=["x"], samples=4)
+
+
+def research_search_then_answer(prompt_text, turn):
+    """ReSearch's protocol: searches the question, then a boxed answer and EOS: right for hotpotqa, else wrong."""
+    question = question_of(prompt_text)
+    if turn == 0:
+        return f"<think>look it up</think> <search> {question} </search>"
+    answer = GOLD[question] if SOURCE[question] == "hotpotqa" else "wrong"
+    return f"<think>done</think> <answer> The final answer is \\[ \\boxed{{{answer}}} \\] </answer><|im_end|>"
+
+
+def test_eval_with_the_research_protocol(tmp_path, tiny_qwen, bm25_server):
+    """`--protocol research`: ReSearch's prompt, `<result>` observations of 5 passages, its reward."""
+    from verl_search.protocol.research import SYSTEM_PROMPT
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    llm = ScriptedLLM(tokenizer, research_search_then_answer)
+    summary = run_eval(options(tmp_path, bm25_server, protocol="research", max_tokens_per_turn=500, max_obs_tokens=4000),
+                       engine=(llm, tokenizer, str(tiny_qwen)))
+    assert all(SYSTEM_PROMPT in call[1] and call[2]["stop"] == ["</search>"] for call in llm.calls)
+    records = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    right = next(r for r in records if r["data_source"] == "hotpotqa")
+    assert right["score"] == 1.0 and right["em"] == 1.0 and right["prediction"] == GOLD[right["question"]]
+    assert right["ended_with_eos"] and right["format_ok"] == 1.0
+    observation = right["turns"][0]["observation"]
+    assert observation.startswith(" <result>\n") and observation.endswith("\n</result>")
+    assert observation.count("\n\n") == 4  # ReSearch's top 5, separated by blank lines
+    wrong = next(r for r in records if r["data_source"] == "musique")
+    assert wrong["score"] == pytest.approx(0.1) and wrong["em"] == 0.0  # well formed, F1 0: ReSearch's 0.1
+    assert summary["hotpotqa"]["em"]["mean"] == 1.0 and summary["all"]["n"] == 6
+
+
+def test_research_protocol_on_the_transformers_engine(tmp_path, tiny_qwen, bm25_server):
+    """The real in-process engine under the research agent loop: it runs, stays in its limits, scores every row."""
+    from transformers import AutoModelForCausalLM
+
+    from verl_search.generation.engines import TransformersEngine
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=4)
+    run_eval(options(tmp_path, bm25_server, protocol="research", max_tokens_per_turn=12, response_length=64,
+                     batch_size=4), engine=(engine, tokenizer, str(tiny_qwen)))
+    records = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(records) == 6 and all(0 < r["response_tokens"] <= 64 for r in records)
+    assert all(r["score"] == 0.0 for r in records)  # random weights: never well formed

@@ -22,7 +22,7 @@ TOOL_RECIPE = REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml
 def parquet(tmp_path_factory):
     folder = tmp_path_factory.mktemp("recipe_data")
     paths = {}
-    for protocol in ("tool", "search_r1"):
+    for protocol in ("tool", "search_r1", "research"):
         paths[protocol] = folder / f"{protocol}.parquet"
         write_parquet(build_rows([Source.parse(str(MINI_QA))], "train", protocol, max_per_source=2), paths[protocol])
     return paths
@@ -36,40 +36,29 @@ def stand_ins(tiny_qwen, data_file):
 def test_shipped_recipes_exist():
     assert {r.parent.name for r in RECIPES} == {"grpo_qwen2.5-3b-instruct_tool", "ppo_qwen2.5-3b-base_search_r1",
                                                  "grpo_qwen2.5-3b-base_search_r1",
-                                                 "ppo_qwen2.5-3b-base_search_r1_megatron"}
+                                                 "ppo_qwen2.5-3b-base_search_r1_megatron",
+                                                 "grpo_qwen2.5-7b-instruct_research"}
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen_32k(tiny_qwen, tmp_path_factory):
+    """`tiny_qwen` with Qwen2.5-7B-Instruct's context (32,768 positions): the ReSearch recipe's 512 + 8,192 tokens
+    fit it, not the tiny model's 8,192."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("tiny_qwen_32k") / "model"
+    shutil.copytree(tiny_qwen, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32768}))
+    return folder
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.parent.name)
-def test_every_shipped_recipe_passes(recipe, tiny_qwen, parquet):
-    protocol = "tool" if "tool" in recipe.parent.name else "search_r1"
-    assert check_config(recipe, stand_ins(tiny_qwen, parquet[protocol])) == []
-
-
-def test_megatron_recipe_composes_with_megatron_everywhere(tiny_qwen, parquet):
-    from verl_search.verl_config.check import ENV_DEFAULTS, _environ_defaults
-    from verl_search.verl_config.shipped import config_path
-    from verl_search.verl_config.compose import compose_verl_config
-
-    recipe = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1_megatron" / "config.yaml"
-    with _environ_defaults({variable: config_path(name) for variable, name in ENV_DEFAULTS.items()}):
-        config = compose_verl_config(stand_ins(tiny_qwen, parquet["search_r1"]), recipe=recipe)
-    assert config.actor_rollout_ref.actor.strategy == config.critic.strategy == "megatron"
-    for engine in (config.actor_rollout_ref.actor.megatron, config.actor_rollout_ref.ref.megatron, config.critic.megatron):
-        assert (engine.tensor_model_parallel_size, engine.pipeline_model_parallel_size) == (2, 2)
-    # TP x PP divides the 8 GPUs: 2 data-parallel replicas
-    assert config.trainer.n_gpus_per_node % (2 * 2) == 0
-
-
-def test_megatron_missing_is_named(tiny_qwen, parquet, caplog):
-    # Megatron-LM is never installed on a CPU machine: the real "missing" path
-    recipe = REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1_megatron" / "config.yaml"
-    assert importlib.util.find_spec("megatron") is None
-    with caplog.at_level(logging.WARNING, logger="verl_search.verl_config.check"):
-        assert check_config(recipe, stand_ins(tiny_qwen, parquet["search_r1"])) == []
-    assert "strategy megatron" in caplog.text and install_line("megatron") in caplog.text
-    problems = check_config(recipe, stand_ins(tiny_qwen, parquet["search_r1"]) +
-                            ["actor_rollout_ref.rollout.name=sglang"], require_engine=True)
-    assert len(problems) == 2 and install_line("megatron") in problems[1] and install_line("sglang") in problems[0]
+def test_every_shipped_recipe_passes(recipe, tiny_qwen, tiny_qwen_32k, parquet):
+    protocol = next(p for p in ("tool", "research", "search_r1") if p in recipe.parent.name)
+    model = tiny_qwen_32k if protocol == "research" else tiny_qwen
+    assert check_config(recipe, stand_ins(model, parquet[protocol])) == []
 
 
 def rewrite(parquet_path, tmp_path, change):
@@ -88,6 +77,8 @@ def rewrite(parquet_path, tmp_path, change):
         ("BAD_TOOL_CLASS", None, "'verl_search.tools.nope.NopeTool' in"),  # tool class does not import
         (["actor_rollout_ref.rollout.multi_turn.format=qwen"], None, "'qwen' is not a verl tool parser"),  # parser
         ([], lambda f: f.__setitem__("agent_name", "nope_agent"), "agent loop 'nope_agent' is not registered"),
+        ([], lambda f: f.__setitem__("agent_name", "search_r1_agent"),  # a protocol's rows under another's loop
+         "rows of protocol 'tool' select agent loop 'search_r1_agent', not its own 'tool_agent'"),
         (["actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"], lambda f: f.drop(columns="agent_name", inplace=True),
          "tools would never be called (verl #3008)"),  # agent_name missing, single-turn default
         (["reward.custom_reward_function.path=pkg://verl_search.nope"], None, "cannot be loaded"),  # reward import

@@ -1,5 +1,6 @@
-"""docs/training.md's settings table says what each recipe sets; every "ours" cell is read here from the
-config `main_ppo` would compose for that recipe (and from the shipped agent-loop YAML for `search_r1_agent.*`)."""
+"""docs/training.md's settings tables say what each recipe sets; every "ours" cell is read here from the
+config `main_ppo` would compose for that recipe (and from the shipped agent-loop YAML for `search_r1_agent.*` and
+`research_agent.*`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ RECIPES = {
     "megatron": "ppo_qwen2.5-3b-base_search_r1_megatron",
 }
 HEADER = "| key | Search-R1 | verl 0.7 | ours | reason |"
+RESEARCH = "grpo_qwen2.5-7b-instruct_research"
+RESEARCH_HEADER = "| key | ReSearch | ours | reason |"
 
 
 def table_claims() -> list[tuple[str, str, str]]:
@@ -48,25 +51,40 @@ def table_claims() -> list[tuple[str, str, str]]:
     return claims
 
 
+def research_claims() -> list[tuple[str, str, str]]:
+    """(key, "research", value) for every "ours" cell of the ReSearch recipe's table (one recipe, one value)."""
+    lines = DOC.read_text().splitlines()
+    claims = []
+    for line in lines[lines.index(RESEARCH_HEADER) + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        assert len(cells) == 4, f"a row of {DOC.name}'s ReSearch table has {len(cells)} cells: {line}"
+        single = re.fullmatch(r"`([^`]*)`", cells[2])
+        assert single, f"the ours cell of {cells[0]} is not one `value`: {cells[2]!r}"
+        claims.append((cells[0].strip("`"), "research", single.group(1)))
+    return claims
+
+
 @pytest.fixture(scope="module")
 def configs() -> dict:
     composed = {}
     with _environ_defaults({variable: config_path(name) for variable, name in ENV_DEFAULTS.items()}):
-        for short, folder in RECIPES.items():
+        for short, folder in {**RECIPES, "research": RESEARCH}.items():
             composed[short] = compose_verl_config(recipe=REPO / "examples" / folder / "config.yaml")
     return composed
 
 
 @pytest.fixture(scope="module")
 def agent_loop() -> dict:
-    entries = OmegaConf.load(config_path("agent-loop"))
-    return next(entry for entry in entries if entry.name == "search_r1_agent")
+    return {entry.name: entry for entry in OmegaConf.load(config_path("agent-loop"))}
 
 
 def actual(config, agent_loop, recipe: str, key: str):
-    if key.startswith("search_r1_agent."):
-        assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "search_r1_agent", recipe
-        return agent_loop[key.split(".", 1)[1]]
+    loop, _, setting = key.partition(".")
+    if loop in agent_loop:
+        assert config.actor_rollout_ref.rollout.agent.default_agent_loop == loop, recipe
+        return agent_loop[loop][setting]
     if key == "(updates per step)":
         actor = config.actor_rollout_ref.actor
         # verl multiplies both by rollout.n, which cancels
@@ -84,7 +102,7 @@ def same(stated: str, value) -> bool:
     return stated == str(value)
 
 
-CLAIMS = table_claims()
+CLAIMS = table_claims() + research_claims()
 
 
 def test_the_table_covers_the_settings_the_issue_names():

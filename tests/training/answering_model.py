@@ -30,6 +30,11 @@ MOVES = {
              "wrong": f"<answer> {WRONG} </answer><|im_end|>"},
     "search_r1": {"search": SEARCH_TURNS["search_r1"], "right": f"<answer> {RIGHT} </answer>",
                   "wrong": f"<answer> {WRONG} </answer>"},
+    # ReSearch's reward: the right boxed answer with EOS scores 1; the wrong one is written without `\boxed{}`,
+    # which its format rules score 0 (a boxed wrong answer would earn 0.1, blurring rewarded and unrewarded)
+    "research": {"search": SEARCH_TURNS["research"],
+                 "right": f"<think>\n</think>\n<answer>\n\\boxed{{{RIGHT}}}\n</answer><|im_end|>",
+                 "wrong": f"<think>\n</think>\n<answer>\n{WRONG}\n</answer><|im_end|>"},
 }
 WEIGHTS = {"search": 2, "right": 2, "wrong": 1}
 """Weight of each move in the fitting loss: the fitted model samples them about 2 : 2 : 1."""

@@ -38,7 +38,8 @@ def expected_metrics(records: list[dict]) -> dict[str, float]:
     }
     turns = [t for f in fields for t in f.get("turns", [])]
     if turns:
-        expected["valid_turns/share"] = np.mean([parse_action(t["generated"]).kind != "invalid" for t in turns])
+        expected["valid_turns/share"] = np.mean([(t.get("action") or parse_action(t["generated"]).kind) != "invalid"
+                                                 for t in turns])
     names = SEARCH_METRICS | ({"valid_turns/share"} if turns else set())
     if set(expected) != names:
         raise AssertionError(f"recomputed {sorted(expected)}, expected the names {sorted(names)}")

@@ -18,6 +18,8 @@ SEARCH_TURNS = {
     # the query on a line of its own: every token of the turn then follows from the one before it ('>\n' is
     # one token, '>' ends `<answer>`), which a 2-layer model fits in a few hundred steps (answering_model.py)
     "search_r1": f"<search>\n{QUERY}\n</search>",
+    # ReSearch's format asks for a <think> pair before the answer; the turn stops at </search>
+    "research": f"<think>\n</think>\n<search>\n{QUERY}\n</search>",
 }
 
 

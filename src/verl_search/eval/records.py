@@ -9,6 +9,7 @@ from pathlib import Path
 
 from verl_search.eval.rows import row_id
 from verl_search.protocol.vocabulary import (
+    ENDED_WITH_EOS,
     FAILED_SEARCHES,
     INVALID_ACTIONS,
     NUM_SEARCHES,
@@ -80,10 +81,10 @@ def trajectory_record(output, position: int, row: dict, tokenizer) -> dict:
     ids = output.batch["responses"][position, :valid].tolist()
     mask = output.batch["response_mask"][position, :valid].tolist()
     fields = {}
-    for key in (NUM_SEARCHES, FAILED_SEARCHES, SEARCH_ERRORS, INVALID_ACTIONS):
+    for key in (NUM_SEARCHES, FAILED_SEARCHES, SEARCH_ERRORS, INVALID_ACTIONS, ENDED_WITH_EOS):
         value = _field(output, key, position)
         if value is not None:
-            fields[key] = value if key == SEARCH_ERRORS else int(value)
+            fields[key] = value if key == SEARCH_ERRORS else bool(value) if key == ENDED_WITH_EOS else int(value)
     extra_info = {**row["extra_info"], **fields}
     response = tokenizer.decode(ids, skip_special_tokens=True)  # what verl's reward manager decodes
     score = compute_score(row["data_source"], response, row["reward_model"]["ground_truth"], extra_info)
@@ -96,7 +97,8 @@ def trajectory_record(output, position: int, row: dict, tokenizer) -> dict:
         "em": score["acc"], "f1": score["f1"], "cover_em": score["cover_em"], "score": score["score"],
         "format_ok": score["format_ok"], "answered": bool(score["answered"]), NUM_SEARCHES: score[NUM_SEARCHES],
         FAILED_SEARCHES: score[FAILED_SEARCHES], SEARCH_ERRORS: list(fields.get(SEARCH_ERRORS) or []),
-        INVALID_ACTIONS: fields.get(INVALID_ACTIONS, 0), "generated_tokens": int(sum(mask)),
+        INVALID_ACTIONS: fields.get(INVALID_ACTIONS, 0), ENDED_WITH_EOS: fields.get(ENDED_WITH_EOS),
+        "generated_tokens": int(sum(mask)),
         "response_tokens": len(ids), TURNS: turns,
     }
 

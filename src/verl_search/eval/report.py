@@ -62,18 +62,36 @@ def summarize(records: list[dict]) -> dict[str, dict]:
         entry["answered"] = sum(bool(r["answered"]) for r in rows) / n
         entry["failed_searches"] = sum(r["failed_searches"] for r in rows)
         entry["mean_generated_tokens"] = sum(r["generated_tokens"] for r in rows) / n
+        if any("judge" in r for r in rows):  # LLM-as-a-judge accuracy over the judged records; failures apart
+            judged = [r["judge"] == "correct" for r in rows if r.get("judge") is not None]
+            entry["judge"] = {"mean": sum(judged) / len(judged) if judged else 0.0,
+                              "ci95": list(wilson_interval(sum(judged), len(judged))), "n": len(judged),
+                              "failures": sum(r.get("judge") is None for r in rows)}
         summary[source] = entry
     return summary
 
 
-def to_markdown(summary: dict[str, dict], title: str) -> str:
-    """The summary as a markdown table."""
-    lines = [f"# {title}", "", "| data source | n | EM [95% CI] | F1 [95% CI] | cover-EM [95% CI] | searches/q | searched | answered | failed searches | tokens/q |",
-             "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+def to_markdown(summary: dict[str, dict], title: str, judge: dict | None = None) -> str:
+    """The summary as a markdown table; with `judge` (`{"model", ...}`) a judge column and a note saying which
+    column is which."""
+    judged = judge is not None and all("judge" in e for e in summary.values())
+    extra = " judge [95% CI] | judge failures |" if judged else ""
+    lines = [f"# {title}", "", "| data source | n | EM [95% CI] | F1 [95% CI] | cover-EM [95% CI] |" + extra +
+             " searches/q | searched | answered | failed searches | tokens/q |",
+             "| --- | ---: | --- | --- | --- |" + (" --- | ---: |" if judged else "") + " ---: | ---: | ---: | ---: | ---: |"]
     for source, e in summary.items():
-        cells = [f"{e[k]['mean']:.3f} [{e[k]['ci95'][0]:.3f}, {e[k]['ci95'][1]:.3f}]" for k in ("em", "f1", "cover_em")]
+        keys = ("em", "f1", "cover_em", "judge") if judged else ("em", "f1", "cover_em")
+        cells = [f"{e[k]['mean']:.3f} [{e[k]['ci95'][0]:.3f}, {e[k]['ci95'][1]:.3f}]" for k in keys]
+        if judged:
+            cells.append(str(e["judge"]["failures"]))
         lines.append(f"| {source} | {e['n']} | {' | '.join(cells)} | {e['mean_searches']:.2f} | {e['searched']:.2f} | "
                      f"{e['answered']:.2f} | {e['failed_searches']} | {e['mean_generated_tokens']:.0f} |")
+    if judged:
+        lines += ["", f"EM, F1 and cover-EM compare the prediction with the gold answers by rule (SQuAD normalisation). "
+                      f"**judge** is LLM-as-a-judge accuracy: `{judge['model']}` asked whether the prediction answers the "
+                      "question (ReSearch's prompt, `verl_search.eval.judge`), over the judged predictions; "
+                      "**judge failures** (no verdict after retries) are left out, not scored as wrong. "
+                      "Papers that report \"accuracy\" from a judge are comparable to the judge column, not to EM."]
     return "\n".join(lines) + "\n"
 
 
@@ -136,7 +154,7 @@ def write_report(records: list[dict], out_dir: Path, title: str, meta: dict) -> 
     summary = summarize(records)
     shapes = by_shape({"model": records})
     report = {"meta": meta, "summary": summary, "by_shape": shapes}
-    text = (to_markdown(summary, title) + "\n## By question shape, beside baselines that know nothing\n\n"
+    text = (to_markdown(summary, title, meta.get("judge")) + "\n## By question shape, beside baselines that know nothing\n\n"
             + shape_table(shapes))
     if any(SAMPLE_MARK in record["id"] for record in records):
         report["by_question"] = questions = by_question(records)

@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from verl_search.protocol.registry import RESEARCH, SEARCH_R1, get_protocol
 from verl_search.verl_config.shipped import config_path
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.records import trajectory_record
@@ -19,12 +20,14 @@ from verl_search.eval.records import trajectory_record
 logger = logging.getLogger(__name__)
 
 
-def _shipped_yaml(name: str, updates: dict, path: Path) -> str:
-    """A copy of a shipped YAML with `updates` applied to its (first) entry's settings."""
+def _shipped_yaml(name: str, updates: dict, path: Path, per_entry: dict[str, dict] | None = None) -> str:
+    """A copy of a shipped YAML with `updates` applied to each entry's settings (the tool YAML: its
+    first tool's), and `per_entry[entry name]` to that entry's."""
     config = OmegaConf.load(config_path(name))
-    entry = config.tools[0].config if name == "tool" else config[0]
-    for key, value in updates.items():
-        entry[key] = value
+    entries = [config.tools[0].config] if name == "tool" else list(config)
+    for entry in entries:
+        for key, value in {**updates, **(per_entry or {}).get(entry.get("name"), {})}.items():
+            entry[key] = value
     OmegaConf.save(config, path)
     return str(path)
 
@@ -32,11 +35,11 @@ def _shipped_yaml(name: str, updates: dict, path: Path) -> str:
 def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrieval_url: str) -> list[str]:
     """The hydra overrides that make verl's config fit this evaluation."""
     out = Path(options.out)
-    client = {"retrieval_service_url": retrieval_url, "topk": options.topk}
+    client = {"retrieval_service_url": retrieval_url, "topk": options.topk or get_protocol(options.protocol).default_topk}
     tool_yaml = _shipped_yaml("tool", client, out / "search_tool_config.yaml")
-    loop_yaml = _shipped_yaml("agent-loop", {**client, "max_turns": options.max_turns,
-                                             "max_tokens_per_turn": options.max_tokens_per_turn,
-                                             "max_obs_tokens": options.max_obs_tokens}, out / "agent_loops.yaml")
+    limits = {"max_tokens_per_turn": options.max_tokens_per_turn, "max_obs_tokens": options.max_obs_tokens}
+    loop_yaml = _shipped_yaml("agent-loop", {**client, **limits}, out / "agent_loops.yaml", per_entry={
+        SEARCH_R1.agent_name: {"max_turns": options.max_turns}, RESEARCH.agent_name: {"max_searches": options.max_turns}})
     rollout = "actor_rollout_ref.rollout"
     return [
         # the tokenizer and chat template verl's dataset and agent loops load
@@ -57,7 +60,7 @@ def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrie
         # characters: above the tool's observation budget, so verl never cuts an observation itself
         f"{rollout}.multi_turn.max_tool_response_length=4000",
         f"{rollout}.multi_turn.max_assistant_turns={options.max_turns + 1}",  # the searches + the answer
-        # the tag protocol: our agent loops YAML, with this run's limits and URL
+        # the tag protocols (Search-R1, ReSearch): our agent loops YAML, with this run's limits and URL
         f"{rollout}.agent.agent_loop_config_path={loop_yaml}",
         # the rows: verl's RLHFDataset reads them from the parquet written for this run
         f"data.train_files={data_file}",

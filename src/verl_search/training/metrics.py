@@ -60,7 +60,7 @@ def search_metrics(trajectories: Iterable[dict]) -> dict[str, float]:
         [searches per trajectory], `searched/mean` and `answered/mean` [share of trajectories],
         `failed_searches/mean` [failed searches per trajectory], `failed_share` [failed / all
         searches, 0 without searches], `valid_turns/share` [valid model turns / model turns; only
-        when trajectories carry turn records, i.e. the Search-R1 tag-protocol agent loop],
+        when trajectories carry turn records, i.e. the Search-R1 and ReSearch agent loops],
         `em/mean`, `f1/mean`, `cover_em/mean`, `format_ok/mean` [0..1; only when every
         trajectory's `reward_extra_info` has the reward output]. Empty for no trajectories.
 
@@ -89,12 +89,17 @@ def search_metrics(trajectories: Iterable[dict]) -> dict[str, float]:
     turns = [_plain(row.get(TURNS)) for row in rows]
     records = [record for trajectory in turns if trajectory is not None for record in list(trajectory)]
     if records:
-        valid = sum(parse_action(str(_plain(record).get("generated", ""))).kind != "invalid" for record in records)
+        valid = sum(_action(_plain(record)) != "invalid" for record in records)
         metrics[f"{PREFIX}/valid_turns/share"] = valid / len(records)
     for name, key in REWARD_MEANS.items():
         if all(key in info for info in infos):
             metrics[f"{PREFIX}/{name}/mean"] = float(np.mean([_number(info[key]) for info in infos]))
     return metrics
+
+
+def _action(record: dict) -> str:
+    """A turn record's action: the one its agent loop recorded (`ReSearchAgentLoop`), else Search-R1's reading."""
+    return record.get("action") or parse_action(str(record.get("generated", ""))).kind
 
 
 def final_keys(keys: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ the recipe, the overrides), then checked:
    with `ground_truth`);
 7. prompt + response lengths fit the model's context (`max_position_embeddings`), and verl's
    `max_tool_response_length` (characters) is not below the tool's own `max_observation_chars`;
+   rows of a protocol (`extra_info.protocol`) select that protocol's agent loop;
 8. the rollout engine `rollout.name` names (`vllm`, `sglang`): when installed, verl's replica class
    for it imports (verl's `RolloutReplicaRegistry`); when not, the `pip install` line of its extra is
    logged as a warning (check-config runs on CPU machines without the engine), or is a problem with
@@ -259,6 +260,30 @@ def _check_agent_loops(rollout: DictConfig, frames: dict, has_tools: bool, probl
             problems.append(f"agent loop {name!r}: class {registry[name]['_target_']} does not import: {exc}")
     if "tool_agent" in wanted and not has_tools:
         problems.append("the data uses tool_agent but no tool loaded: set multi_turn.tool_config_path")
+    for file, table in frames.items():
+        _check_protocols(file, table, problems)
+
+
+def _check_protocols(file: str, table, problems: list[str]) -> None:
+    """Each row's `extra_info.protocol` (our preprocessing writes it) names a protocol whose agent loop
+    is the row's `agent_name`: a row of one protocol run by another's loop trains on a prompt the
+    loop does not answer (a ReSearch prompt under the Search-R1 loop never gets a `<result>`)."""
+    from verl_search.protocol.registry import PROTOCOLS
+
+    if "extra_info" not in table.column_names or "agent_name" not in table.column_names:
+        return
+    if "protocol" not in str(table.schema.field("extra_info").type):
+        return
+    pairs = {(info.get("protocol"), agent) for info, agent in
+             zip(table.column("extra_info").to_pylist(), table.column("agent_name").to_pylist()) if info}
+    for protocol, agent in sorted(pairs, key=str):
+        if protocol is None:
+            continue
+        if protocol not in PROTOCOLS:
+            problems.append(f"{file}: extra_info.protocol {protocol!r} is unknown (known: {', '.join(PROTOCOLS)})")
+        elif agent != PROTOCOLS[protocol].agent_name:
+            problems.append(f"{file}: rows of protocol {protocol!r} select agent loop {agent!r}, not its own "
+                            f"{PROTOCOLS[protocol].agent_name!r}; preprocess them again with --protocol {protocol}")
 
 
 def _check_reward(config: DictConfig, problems: list[str]) -> None:
