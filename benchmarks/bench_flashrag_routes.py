@@ -39,7 +39,7 @@ def main() -> None:
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install -y wrk")
     index = index_folder(Path(args.index_root), args.retriever, args.corpus, args.encoder)
-    questions = read_questions(args.qa)
+    questions = [row["question"] for row in read_questions(args.qa)]
     folder = Path(tempfile.mkdtemp(prefix="bench_flashrag_"))
     files = {}
     for route, body in ROUTES.items():

@@ -26,6 +26,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from verl_search.server.batcher import MicroBatcher
+from verl_search.server.bodies import openapi_body, parse_body, read_body
 from verl_search.server.cache import QueryCache
 from verl_search.server.limits import check_limits
 from verl_search.server.service import (
@@ -81,20 +82,28 @@ async def _answer(request: Request, queries: list[str], top_n: int, return_score
     return Response(encode_flashrag(hits, return_score, single), media_type="application/json")
 
 
-async def batch_search(body: BatchSearchRequest, request: Request, batcher: MicroBatcher = Depends(ready_batcher),
+async def batch_search(request: Request, batcher: MicroBatcher = Depends(ready_batcher),
                        cache: QueryCache = Depends(get_cache), settings: ServerSettings = Depends(get_settings),
                        service: RetrievalService = Depends(get_service)) -> Response:
     """Top-`top_n` passages for each query, in FlashRAG's format (module docstring). 422 on bad input; 503
     while the index loads or the server drains."""
+    raw = await read_body(request.receive)
+    if raw is None:  # the client gave up before sending its body
+        return Response(status_code=499)
+    body = parse_body(BatchSearchRequest, raw)
     return await _answer(request, list(body.query), body.top_n, body.return_score, False, batcher, cache, settings,
                          service)
 
 
-async def search(body: SearchRequest, request: Request, batcher: MicroBatcher = Depends(ready_batcher),
+async def search(request: Request, batcher: MicroBatcher = Depends(ready_batcher),
                  cache: QueryCache = Depends(get_cache), settings: ServerSettings = Depends(get_settings),
                  service: RetrievalService = Depends(get_service)) -> Response:
     """Top-`top_n` passages for one query, in FlashRAG's format (module docstring). 400 for a blank query,
     422 on other bad input; 503 while the index loads or the server drains."""
+    raw = await read_body(request.receive)
+    if raw is None:
+        return Response(status_code=499)
+    body = parse_body(SearchRequest, raw)
     if not body.query.strip():
         raise HTTPException(status_code=400, detail="query is blank: send the text to search for")
     return await _answer(request, [body.query], body.top_n, body.return_score, True, batcher, cache, settings,
@@ -103,5 +112,6 @@ async def search(body: SearchRequest, request: Request, batcher: MicroBatcher = 
 
 def add_flashrag_routes(app: FastAPI) -> None:
     """Register `POST /search` and `POST /batch_search` on the retrieval app."""
-    app.post("/batch_search", response_model=None, summary="FlashRAG's batch search")(batch_search)
-    app.post("/search", response_model=None, summary="FlashRAG's search")(search)
+    app.post("/batch_search", response_model=None, summary="FlashRAG's batch search",
+             openapi_extra=openapi_body(BatchSearchRequest))(batch_search)
+    app.post("/search", response_model=None, summary="FlashRAG's search", openapi_extra=openapi_body(SearchRequest))(search)
