@@ -54,7 +54,8 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         **kwargs: verl's agent-loop arguments (config, server manager, tokenizer, ...).
 
     Trajectory fields: `num_searches`, `failed_searches`, `answered` (a `\\boxed{}` answer was
-    written), `ended_with_eos` (the reward's over-length rule), `turns` (one record per model turn).
+    written), `ended_with_eos` (the reward's over-length rule: the last token is an EOS of
+    `end_of_sequence_ids`), `turns` (one record per model turn).
     """
 
     def __init__(self, *args, max_searches: int | None = None, max_tokens_per_turn: int | None = None,
@@ -63,6 +64,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         super().__init__(*args, max_turns=_NO_LIMIT if max_searches is None else max_searches,
                          max_tokens_per_turn=max_tokens_per_turn or _NO_LIMIT,
                          max_obs_tokens=max_obs_tokens or _NO_LIMIT, min_tokens_after_observation=0, **kwargs)
+        self.eos_ids = end_of_sequence_ids(self.tokenizer, self.config.actor_rollout_ref.model.get("path"))
 
     async def _prompt_ids(self, messages: list[dict]) -> list[int]:
         if self.use_chat_template:
@@ -112,12 +114,12 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         trajectory.generate_s += time.perf_counter() - started
         _track_weight_versions(trajectory.extra_fields, output.extra_fields)
         ids = list(output.token_ids)
-        eos = self.tokenizer.eos_token_id
-        if eos in ids:
-            ids = ids[: ids.index(eos) + 1]
+        first_eos = next((i for i, token in enumerate(ids) if token in self.eos_ids), None)
+        if first_eos is not None:
+            ids = ids[: first_eos + 1]
         ids = cut_at_first_stop(ids, self._decode, list(research.STOP))[:remaining]
         trajectory.append(ids, 1, output.log_probs)
-        trajectory.extra_fields[ENDED_WITH_EOS] = bool(ids) and ids[-1] == eos
+        trajectory.extra_fields[ENDED_WITH_EOS] = bool(ids) and ids[-1] in self.eos_ids
         record = {"generated": self._decode(ids), "generated_tokens": len(ids)}
         trajectory.turns.append(record)
         return record
@@ -142,3 +144,18 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         trajectory.append(ids, 0)
         record["observation"] = self._decode(ids)
         return True
+
+
+def end_of_sequence_ids(tokenizer, model_path: str | None) -> set[int]:
+    """The token ids that end a sequence: the tokenizer's EOS and the model's `generation_config.json` ones (what
+    vLLM and the transformers engine stop at). ReSearch checks the tokenizer's only; a GGUF conversion can leave
+    the tokenizer a wrong EOS (SmolLM2's says `<|im_start|>`, its generation config `<|im_end|>`)."""
+    from transformers import GenerationConfig
+
+    ids = {tokenizer.eos_token_id}
+    try:
+        configured = GenerationConfig.from_pretrained(model_path).eos_token_id if model_path else None
+    except (OSError, ValueError):  # no generation_config.json: the tokenizer's EOS alone
+        configured = None
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return {token for token in ids if token is not None}

@@ -4,14 +4,15 @@ Rules from `Agent-RL/ReSearch`, branch `re-search`, `src/verl/utils/reward_score
 (`compute_score`, `get_f1_score`), in this order:
 
 1. the response breaks a format rule (`verl_search.protocol.research.format_check`): 0;
-2. the response did not end with the tokenizer's EOS (cut at the length limit): 0;
+2. the response did not end with EOS (cut at the length limit): 0;
 3. no `<answer>` block, or no `\\boxed{}` in it that closes: 0;
 4. otherwise the best token F1 of the boxed answer against the gold answers (SQuAD normalisation;
    a `yes`/`no`/`noanswer` prediction or gold only counts when both are equal), and
    `format_score` (0.1) when that F1 is 0.
 
 verl decodes the response without special tokens, so the EOS of rule 2 is not in the text: the
-ReSearch agent loop records it in the trajectory field `ended_with_eos`; when that field is absent
+ReSearch agent loop records it in the trajectory field `ended_with_eos` (any of the tokenizer's and the
+generation config's EOS tokens; ReSearch checks the tokenizer's only); when that field is absent
 (a response scored outside our agent loop) rule 2 is skipped. ReSearch scores base-model
 responses only up to a second `Assistant:` (it splits the whole sequence there); we score the
 whole response.
