@@ -33,7 +33,7 @@ def policy(prompt_text, turn):
     return f"<think>done</think><answer> {answer} </answer>"
 
 
-def judge_app(calls: list[dict]) -> FastAPI:
+def judge_app(calls: list[dict], refuse_json_mode: bool = False) -> FastAPI:
     app = FastAPI()
 
     @app.get("/health")
@@ -44,6 +44,8 @@ def judge_app(calls: list[dict]) -> FastAPI:
     async def chat(request: Request):
         body = await request.json()
         calls.append(body)
+        if refuse_json_mode and "response_format" in body:  # a server without guided decoding
+            return JSONResponse({"error": "response_format is not supported"}, status_code=400)
         prompt = body["messages"][0]["content"]
         prediction = prompt.split("pred_answer: ")[-1].split("\n")[0]
         if prediction == "BROKEN":  # a server error on every attempt: a failure, not a wrong answer
@@ -69,12 +71,14 @@ def test_judge_column_beside_em_cached_and_failures_counted(tmp_path, tiny_qwen,
         assert summary["all"]["judge"]["n"] == 4 and summary["all"]["judge"]["failures"] == 2
         body = calls[0]
         assert body["model"] == "stand-in" and body["temperature"] == 0 and body["max_tokens"] == 1024
+        assert body["response_format"] == {"type": "json_object"}  # as ReSearch asks
         records = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
         prompts = {JUDGE_PROMPT.format(question=r["question"], gt_answer=str(r["golden_answers"]),
                                        pred_answer=r["prediction"]) for r in records}
         assert {call["messages"][0]["content"] for call in calls} <= prompts  # ReSearch's prompt, filled in
         report = (tmp_path / "run" / "report.md").read_text()
         assert "judge [95% CI]" in report and "not scored as wrong" in report
+        assert "| 2wiki | 2 |" in report and "none judged" in report
         meta = json.loads((tmp_path / "run" / "report.json").read_text())["meta"]["judge"]
         assert meta["failed"] == 2 and meta["called"] == 6 and meta["cached"] == 0
         assert first_calls == 4 + 2 * 3  # 4 verdicts, 2 failures of 3 attempts each
@@ -94,6 +98,17 @@ def test_judge_down_is_counted_not_scored(tmp_path, tiny_qwen, bm25_server):
     summary = run_eval(settings, engine=(ScriptedLLM(tokenizer, policy), tokenizer, str(tiny_qwen)))
     assert summary["all"]["judge"]["failures"] == 6 and summary["all"]["judge"]["n"] == 0
     assert summary["all"]["em"]["mean"] == pytest.approx(2 / 6)  # EM is untouched
+
+
+def test_a_judge_without_json_mode_is_asked_without_it(tmp_path):
+    from verl_search.eval.judge import judge_records
+
+    calls: list[dict] = []
+    records = [{"question": q, "golden_answers": [a], "prediction": a} for q, a in list(GOLD.items())[:3]]
+    with ThreadServer(judge_app(calls, refuse_json_mode=True)) as judge:
+        counts = judge_records(records, f"{judge.url}/v1", "stand-in", tmp_path / "cache.jsonl")
+    assert counts["failed"] == 0 and all(r["judge"] == "correct" for r in records)
+    assert sum("response_format" in call for call in calls) <= 3 and "response_format" not in calls[-1]
 
 
 @pytest.mark.parametrize("reply, expected", [

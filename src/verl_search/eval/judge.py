@@ -5,9 +5,9 @@ The judge is any OpenAI-compatible chat endpoint (`POST {url}/chat/completions`:
 server, a hosted API); the API key, if one is needed, comes from `$VERL_SEARCH_JUDGE_API_KEY`. The
 prompt is ReSearch's (`Agent-RL/ReSearch`, branch `re-search`, `scripts/evaluation/llm_judge.py`,
 `llm_judge_prompt`), the judgement the `judgement` field (`correct` / `incorrect`) of the JSON object
-the judge writes, at temperature 0, 1,024 tokens at most, as there. Unlike ReSearch we do not ask for
-`response_format: json_object` (not every server has guided decoding); the first `{...}` of the
-reply is parsed.
+the judge writes, at temperature 0, 1,024 tokens at most, with `response_format: json_object`, as
+there. A server that refuses `response_format` (HTTP 400 naming it) is asked without it for the rest
+of the run; the first `{...}` of the reply is parsed.
 
 * **Cache**: `OUT/judge_cache.jsonl`, one line per (judge model, question, gold answers, prediction):
   a rerun, or another eval with the same predictions, calls the judge only for what is not there.
@@ -86,14 +86,21 @@ def parse_judgement(reply: str) -> tuple[str | None, str]:
     return judgement, str(verdict.get("rationale", ""))
 
 
-async def _ask(client, url: str, model: str, prompt: str, retries: int) -> str:
-    """The judge's reply text; raises the last error after `retries` retries (HTTP 5xx and transport errors)."""
+async def _ask(client, url: str, model: str, prompt: str, retries: int, json_mode: dict) -> str:
+    """The judge's reply text; raises the last error after `retries` retries (HTTP 5xx and transport errors).
+    `json_mode["on"]`: ask for `response_format: json_object`; turned off for good on a 400 that names it."""
     import httpx
 
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 1024}
     for attempt in range(retries + 1):
         try:
-            response = await client.post(f"{url.rstrip('/')}/chat/completions", json=body)
+            extra = {"response_format": {"type": "json_object"}} if json_mode["on"] else {}
+            response = await client.post(f"{url.rstrip('/')}/chat/completions", json={**body, **extra})
+            if response.status_code == 400 and extra and "response_format" in response.text:
+                if json_mode["on"]:
+                    logger.warning("the judge refuses response_format json_object; asking without it")
+                json_mode["on"] = False
+                response = await client.post(f"{url.rstrip('/')}/chat/completions", json=body)
             if response.status_code >= 500 and attempt < retries:
                 await asyncio.sleep(0.5 * 2 ** attempt)
                 continue
@@ -145,6 +152,7 @@ def judge_records(records: list[dict], url: str, model: str, cache_path: Path, *
 
     async def run() -> None:
         gate = asyncio.Semaphore(concurrency)
+        json_mode = {"on": True}
         headers = {"Authorization": f"Bearer {os.environ[API_KEY_ENV]}"} if os.environ.get(API_KEY_ENV) else {}
         async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
             async def one(key: str, record: dict) -> None:
@@ -152,7 +160,7 @@ def judge_records(records: list[dict], url: str, model: str, cache_path: Path, *
                                              pred_answer=record["prediction"])
                 async with gate:
                     try:
-                        reply = await _ask(client, url, model, prompt, retries)
+                        reply = await _ask(client, url, model, prompt, retries, json_mode)
                     except Exception as exc:  # any failure is counted, never scored
                         record["judge_error"] = f"{type(exc).__name__}: {exc}"[:300]
                         return

@@ -81,7 +81,8 @@ def to_markdown(summary: dict[str, dict], title: str, judge: dict | None = None)
              "| --- | ---: | --- | --- | --- |" + (" --- | ---: |" if judged else "") + " ---: | ---: | ---: | ---: | ---: |"]
     for source, e in summary.items():
         keys = ("em", "f1", "cover_em", "judge") if judged else ("em", "f1", "cover_em")
-        cells = [f"{e[k]['mean']:.3f} [{e[k]['ci95'][0]:.3f}, {e[k]['ci95'][1]:.3f}]" for k in keys]
+        cells = [f"{e[k]['mean']:.3f} [{e[k]['ci95'][0]:.3f}, {e[k]['ci95'][1]:.3f}]"
+                 if k != "judge" or e[k]["n"] else "none judged" for k in keys]
         if judged:
             cells.append(str(e["judge"]["failures"]))
         lines.append(f"| {source} | {e['n']} | {' | '.join(cells)} | {e['mean_searches']:.2f} | {e['searched']:.2f} | "
