@@ -58,3 +58,15 @@ def tool_agent_config(model_dir, data_file, *extra: str):
         "reward.custom_reward_function.name=compute_score",
         *extra,
     ])
+
+
+def row_tokens(output, i: int) -> tuple[list[int], list[int]]:
+    """`(response ids, response mask)` of row `i` of an agent-loop output batch, without padding."""
+    length = int(output.batch["attention_mask"][i, output.batch["prompts"].shape[1]:].sum())
+    return output.batch["responses"][i, :length].tolist(), output.batch["response_mask"][i, :length].tolist()
+
+
+def calls_for(llm: "ScriptedLLM", question: str) -> list[tuple]:
+    """The `ScriptedLLM` calls of the trajectory whose first prompt holds `question`, in order."""
+    request = next(c[0] for c in llm.calls if question in c[1])
+    return [c for c in llm.calls if c[0] == request]

@@ -14,7 +14,7 @@ import yaml
 from transformers import AutoTokenizer
 
 from tests.conftest import MINI_QA
-from tests.verl_helpers import ScriptedLLM
+from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
 from verl_search.protocol import research
@@ -80,16 +80,6 @@ def rollout(model_dir, tokenizer, data_file, agent_loop_yaml, reward_handle=None
     worker = AgentLoopWorker(config, llm, reward_loop_worker_handles=handles)
     dataset = load_dataset(data_file, tokenizer, config.data)
     return asyncio.run(worker.generate_sequences(make_batch(dataset, range(len(dataset))))), llm
-
-
-def row_tokens(output, i):
-    length = int(output.batch["attention_mask"][i, output.batch["prompts"].shape[1]:].sum())
-    return output.batch["responses"][i, :length].tolist(), output.batch["response_mask"][i, :length].tolist()
-
-
-def calls_for(llm, question):
-    request = next(c[0] for c in llm.calls if question in c[1])
-    return [c for c in llm.calls if c[0] == request]
 
 
 def result_block(bm25_retriever, query):

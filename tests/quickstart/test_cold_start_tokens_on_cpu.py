@@ -1,4 +1,4 @@
-"""The cold start's trajectories are token for token what the Search-R1 agent loop builds.
+"""The cold start's trajectories are token for token what the Search-R1 (and the ReSearch) agent loop builds.
 
 Real: verl's `AgentLoopWorker` and dataset, our `SearchR1AgentLoop` registered through the YAML the
 quickstart's GRPO run uses (`grpo.agent_loop_yaml`), the Qwen2.5 tokenizer and chat template, a
@@ -20,6 +20,8 @@ from verl_search.eval.batch import load_dataset, make_batch
 from verl_search.verl_config.compose import compose_verl_config
 from verl_search.quickstart.cold_start import (
     ANSWER_TURN,
+    RESEARCH_ANSWER_TURN,
+    RESEARCH_SEARCH_TURN,
     SEARCH_TURN,
     SearchTrajectoryDataset,
     answerable_rows,
@@ -38,8 +40,9 @@ def chosen(bm25_retriever):
     return answerable_rows(split_rows("train", 30), bm25_retriever, 3, 3, seed=0)
 
 
-def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch):
-    """`(input_ids, mask)` per row as verl's worker + our agent loop build them (prompt mask 0)."""
+def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch, turns=(SEARCH_TURN, ANSWER_TURN)):
+    """`(input_ids, mask)` per row as verl's worker + our agent loop build them (prompt mask 0); the scripted model
+    writes `turns` (a search turn, then an answer turn)."""
     from verl.experimental.agent_loop import AgentLoopWorker
 
     monkeypatch.setenv("VERL_SEARCH_URL", url)
@@ -48,7 +51,7 @@ def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch)
 
     def script(prompt_text, turn):
         question = next(q for q in answers if q in prompt_text)
-        return SEARCH_TURN.format(question=question) if turn == 0 else ANSWER_TURN.format(answer=answers[question])
+        return turns[0].format(question=question) if turn == 0 else turns[1].format(answer=answers[question])
 
     data = folder / "rows.parquet"
     write_parquet(rows, data)
@@ -91,6 +94,28 @@ def test_cold_start_tokens_equal_the_agent_loops(tiny_qwen, chosen, bm25_server,
         assert "<information>" not in trained and "Doc 1(Title:" not in trained  # observations masked
         assert "</search>" in trained and "</answer>" in trained
         assert ("no more searches" in tokenizer.decode(ids)) == (max_turns == 1)
+
+
+def test_research_cold_start_tokens_equal_the_research_loops(tiny_qwen, bm25_retriever, bm25_server, tmp_path,
+                                                             monkeypatch):
+    from verl_search.generation.models import end_of_sequence_ids
+
+    chosen = answerable_rows(split_rows("train", 30, protocol="research"), bm25_retriever, 3, 3, seed=0)
+    options = QuickstartOptions(protocol="research", max_obs_tokens=120)
+    protocol = protocol_options(options, "unused")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    builder = prompt_builder(tiny_qwen, tokenizer)
+    end_ids = end_of_sequence_ids(tokenizer, str(tiny_qwen))
+    ours = [trajectory_tokens(row, hits, tokenizer, builder, max_turns=2, max_obs_tokens=120, protocol="research",
+                              response_length=protocol.response_length, end_ids=end_ids) for row, hits in chosen]
+    theirs = agent_loop_trajectories(tiny_qwen, [row for row, _ in chosen], protocol, f"{bm25_server.url}/retrieve",
+                                     tmp_path, monkeypatch, (RESEARCH_SEARCH_TURN, RESEARCH_ANSWER_TURN + "<|im_end|>"))
+    for (ids, mask), (loop_ids, loop_mask) in zip(ours, theirs):
+        assert ids == loop_ids, tokenizer.decode(ids) + "\n----\n" + tokenizer.decode(loop_ids)
+        assert mask == loop_mask
+        trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+        assert "<result>" not in trained and "\\boxed{" in trained and trained.endswith("</answer><|im_end|>")
+        assert ids[-1] == end_ids[0] == tokenizer.convert_tokens_to_ids("<|im_end|>")
 
 
 def test_the_sft_dataset_yields_what_was_written(tiny_qwen, chosen, tmp_path):

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from verl_search.agent_loop.search_r1 import SearchR1AgentLoop, _Trajectory, _track_weight_versions
+from verl_search.agent_loop.search_r1 import SearchR1AgentLoop, _Trajectory
+from verl_search.generation.models import end_of_sequence_ids
 from verl_search.protocol import research
-from verl_search.protocol.tokens import cut_at_first_stop, observation_tokens
-from verl_search.protocol.vocabulary import ANSWERED, ENDED_WITH_EOS, SEARCH_FAILED_PREFIX, SEARCH_TOOL, TURNS
+from verl_search.protocol.tokens import observation_tokens
+from verl_search.protocol.vocabulary import ANSWERED, ENDED_WITH_EOS, SEARCH_FAILED_PREFIX
 from verl_search.tools import client
 from verl_search.tools.client import record_search
 
@@ -55,7 +55,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
 
     Trajectory fields: `num_searches`, `failed_searches`, `answered` (a `\\boxed{}` answer was
     written), `ended_with_eos` (the reward's over-length rule: the last token is an EOS of
-    `end_of_sequence_ids`), `turns` (one record per model turn).
+    `generation.models.end_of_sequence_ids`), `turns` (one record per model turn).
     """
 
     def __init__(self, *args, max_searches: int | None = None, max_tokens_per_turn: int | None = None,
@@ -64,7 +64,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         super().__init__(*args, max_turns=_NO_LIMIT if max_searches is None else max_searches,
                          max_tokens_per_turn=max_tokens_per_turn or _NO_LIMIT,
                          max_obs_tokens=max_obs_tokens or _NO_LIMIT, min_tokens_after_observation=0, **kwargs)
-        self.eos_ids = end_of_sequence_ids(self.tokenizer, self.config.actor_rollout_ref.model.get("path"))
+        self.eos_ids = frozenset(end_of_sequence_ids(self.tokenizer, self.config.actor_rollout_ref.model.get("path")))
 
     async def _prompt_ids(self, messages: list[dict]) -> list[int]:
         if self.use_chat_template:
@@ -74,11 +74,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """Roll out one trajectory; see the module docstring for the protocol."""
-        prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
-        create_kwargs = (kwargs.get("tools_kwargs") or {}).get(SEARCH_TOOL, {}).get("create_kwargs", {}) or {}
-        topk = int(create_kwargs.get("topk") or self.client_config.topk)
-        request_id = uuid4().hex
-        trajectory = _Trajectory()
+        prompt_ids, topk, request_id, trajectory = await self._start(kwargs)
         trajectory.extra_fields[ENDED_WITH_EOS] = False
         searches = 0
         while (remaining := self.response_length - len(trajectory.response_ids)) > 0:
@@ -92,36 +88,14 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
                 break  # no room left for the result
         text = self._decode([t for t, m in zip(trajectory.response_ids, trajectory.mask) if m == 1])
         trajectory.extra_fields[ANSWERED] = research.extract_answer(text) is not None
-        trajectory.extra_fields[TURNS] = trajectory.turns
-        return AgentLoopOutput(
-            prompt_ids=prompt_ids,
-            response_ids=trajectory.response_ids[: self.response_length],
-            response_mask=trajectory.mask[: self.response_length],
-            response_logprobs=trajectory.logprobs[: self.response_length] if trajectory.logprobs else None,
-            num_turns=1 + sum(1 + ("observation" in t) for t in trajectory.turns),
-            metrics={"generate_sequences": trajectory.generate_s, "tool_calls": trajectory.search_s},
-            extra_fields={**trajectory.extra_fields, "turn_scores": [], "tool_rewards": []},
-        )
+        return trajectory.output(prompt_ids, self.response_length)
 
     async def _turn(self, request_id, prompt_ids, sampling_params, remaining, trajectory) -> dict:
         """One model turn, cut at its first `</search>` or EOS (kept, as ReSearch keeps it)."""
-        params = {**sampling_params, "stop": list(research.STOP),
-                  "max_tokens": min(self.max_tokens_per_turn, remaining)}
-        started = time.perf_counter()
-        output = await self.server_manager.generate(
-            request_id=request_id, prompt_ids=prompt_ids + trajectory.response_ids, sampling_params=params
-        )
-        trajectory.generate_s += time.perf_counter() - started
-        _track_weight_versions(trajectory.extra_fields, output.extra_fields)
-        ids = list(output.token_ids)
-        first_eos = next((i for i, token in enumerate(ids) if token in self.eos_ids), None)
-        if first_eos is not None:
-            ids = ids[: first_eos + 1]
-        ids = cut_at_first_stop(ids, self._decode, list(research.STOP))[:remaining]
-        trajectory.append(ids, 1, output.log_probs)
-        trajectory.extra_fields[ENDED_WITH_EOS] = bool(ids) and ids[-1] in self.eos_ids
-        record = {"generated": self._decode(ids), "generated_tokens": len(ids)}
-        trajectory.turns.append(record)
+        record = await self._model_turn(request_id, prompt_ids, sampling_params, remaining, trajectory,
+                                        stops=list(research.STOP), end_ids=self.eos_ids)
+        ids = trajectory.response_ids
+        trajectory.extra_fields[ENDED_WITH_EOS] = bool(record["generated_tokens"]) and ids[-1] in self.eos_ids
         return record
 
     async def _result(self, query: str, topk: int, record: dict, trajectory: _Trajectory) -> bool:
@@ -145,17 +119,3 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         record["observation"] = self._decode(ids)
         return True
 
-
-def end_of_sequence_ids(tokenizer, model_path: str | None) -> set[int]:
-    """The token ids that end a sequence: the tokenizer's EOS and the model's `generation_config.json` ones (what
-    vLLM and the transformers engine stop at). ReSearch checks the tokenizer's only; a GGUF conversion can leave
-    the tokenizer a wrong EOS (SmolLM2's says `<|im_start|>`, its generation config `<|im_end|>`)."""
-    from transformers import GenerationConfig
-
-    ids = {tokenizer.eos_token_id}
-    try:
-        configured = GenerationConfig.from_pretrained(model_path).eos_token_id if model_path else None
-    except (OSError, ValueError):  # no generation_config.json: the tokenizer's EOS alone
-        configured = None
-    ids.update(configured if isinstance(configured, list) else [configured])
-    return {token for token in ids if token is not None}

@@ -58,6 +58,19 @@ class _Trajectory:
         self.generate_s = 0.0
         self.search_s = 0.0
 
+    def output(self, prompt_ids: list[int], response_length: int) -> AgentLoopOutput:
+        """verl's `AgentLoopOutput` of this trajectory, cut to `response_length` tokens."""
+        self.extra_fields[TURNS] = self.turns
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=self.response_ids[:response_length],
+            response_mask=self.mask[:response_length],
+            response_logprobs=self.logprobs[:response_length] if self.logprobs else None,
+            num_turns=1 + sum(1 + ("observation" in t) for t in self.turns),
+            metrics={"generate_sequences": self.generate_s, "tool_calls": self.search_s},
+            extra_fields={**self.extra_fields, "turn_scores": [], "tool_rewards": []},
+        )
+
     def append(self, ids: list[int], mask_value: int, logprobs: list[float] | None = None) -> None:
         self.response_ids += ids
         self.mask += [mask_value] * len(ids)
@@ -127,13 +140,16 @@ class SearchR1AgentLoop(AgentLoopBase):
         text = "".join(str(m["content"]) for m in messages)
         return self._cap_text_prompt_length(self.tokenizer.encode(text))
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
-        """Roll out one trajectory; see the class docstring for the protocol."""
+    async def _start(self, kwargs: dict) -> tuple[list[int], int, str, _Trajectory]:
+        """`(prompt_ids, topk, request_id, trajectory)` of a new rollout of verl's row `kwargs` (a row's
+        `tools_kwargs.search.create_kwargs.topk` overrides the loop's top-k)."""
         prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
         create_kwargs = (kwargs.get("tools_kwargs") or {}).get(SEARCH_TOOL, {}).get("create_kwargs", {}) or {}
-        topk = int(create_kwargs.get("topk") or self.client_config.topk)
-        request_id = uuid4().hex
-        trajectory = _Trajectory()
+        return prompt_ids, int(create_kwargs.get("topk") or self.client_config.topk), uuid4().hex, _Trajectory()
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        """Roll out one trajectory; see the class docstring for the protocol."""
+        prompt_ids, topk, request_id, trajectory = await self._start(kwargs)
         for turn in range(self.max_turns + 1):
             remaining = self.response_length - len(trajectory.response_ids)
             if remaining <= 0:
@@ -147,26 +163,22 @@ class SearchR1AgentLoop(AgentLoopBase):
                 break  # the last turn was for answering
             if not await self._observe(action, topk, turn == self.max_turns - 1, record, trajectory):
                 break  # no room left for an observation
-        trajectory.extra_fields[TURNS] = trajectory.turns
-        return AgentLoopOutput(
-            prompt_ids=prompt_ids,
-            response_ids=trajectory.response_ids[: self.response_length],
-            response_mask=trajectory.mask[: self.response_length],
-            response_logprobs=trajectory.logprobs[: self.response_length] if trajectory.logprobs else None,
-            num_turns=1 + sum(1 + ("observation" in t) for t in trajectory.turns),
-            metrics={"generate_sequences": trajectory.generate_s, "tool_calls": trajectory.search_s},
-            extra_fields={**trajectory.extra_fields, "turn_scores": [], "tool_rewards": []},
-        )
+        return trajectory.output(prompt_ids, self.response_length)
 
-    async def _model_turn(self, request_id, prompt_ids, sampling_params, remaining, trajectory) -> dict:
-        params = {**sampling_params, "stop": STOP_STRINGS, "max_tokens": min(self.max_tokens_per_turn, remaining)}
+    async def _model_turn(self, request_id, prompt_ids, sampling_params, remaining, trajectory,
+                          stops: list[str] = STOP_STRINGS, end_ids: frozenset[int] = frozenset()) -> dict:
+        """One model turn, cut at its first stop string, or after its first token of `end_ids` (kept)."""
+        params = {**sampling_params, "stop": list(stops), "max_tokens": min(self.max_tokens_per_turn, remaining)}
         started = time.perf_counter()
         output = await self.server_manager.generate(
             request_id=request_id, prompt_ids=prompt_ids + trajectory.response_ids, sampling_params=params
         )
         trajectory.generate_s += time.perf_counter() - started
         _track_weight_versions(trajectory.extra_fields, output.extra_fields)
-        ids = cut_at_first_stop(list(output.token_ids), self._decode)[:remaining]
+        ids = list(output.token_ids)
+        first_end = next((i for i, token in enumerate(ids) if token in end_ids), None)
+        ids = cut_at_first_stop(ids if first_end is None else ids[: first_end + 1], self._decode, list(stops))
+        ids = ids[:remaining]
         trajectory.append(ids, 1, output.log_probs)
         record = {"generated": self._decode(ids), "generated_tokens": len(ids)}
         trajectory.turns.append(record)

@@ -103,3 +103,17 @@ def load_causal_lm(model: str, gguf_file: str | None = None):
     partial.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, target)
     return lm, tokenizer, str(target)
+
+
+def end_of_sequence_ids(tokenizer, model_path: str | None) -> list[int]:
+    """The token ids that end a sequence, the model's `generation_config.json` ones first (what vLLM and the
+    transformers engine stop at; an instruct model's end of turn), then the tokenizer's EOS. A GGUF conversion
+    can leave the tokenizer a wrong EOS (SmolLM2's says `<|im_start|>`, its generation config `<|im_end|>`)."""
+    from transformers import GenerationConfig
+
+    try:
+        configured = GenerationConfig.from_pretrained(model_path).eos_token_id if model_path else None
+    except (OSError, ValueError):  # no generation_config.json: the tokenizer's EOS alone
+        configured = None
+    ids = [*(configured if isinstance(configured, list) else [configured]), tokenizer.eos_token_id]
+    return [token for position, token in enumerate(ids) if token is not None and token not in ids[:position]]

@@ -10,8 +10,11 @@ the prompt through verl's Continuous Token builder (the agent loop's `ct_build_i
 the model turn `<think> .. </think>\\n<search> QUESTION </search>`, the observation of the real
 retriever's top-k passages framed by the agent loop's own `observation_tokens` (with the
 last-search notice when the protocol allows one search), then `<think> .. </think>\\n<answer>
-GOLD </answer>`. Only the two model turns carry `loss_mask` 1: prompt and observation tokens are
-masked, as `response_mask` masks them in RL. Only training questions whose gold answer occurs in
+GOLD </answer>`. For the ReSearch protocol (`protocol="research"`) it is built as `ReSearchAgentLoop`
+builds one: `<think> .. </think> <search> QUESTION </search>`, the passages in ` <result>\n...\n</result>`,
+then `<think> .. </think> <answer> \\boxed{GOLD} </answer>` and the model's end-of-sequence token (ReSearch's
+reward scores a response that did not stop by itself 0). Only the two model turns carry `loss_mask` 1: prompt
+and observation tokens are masked, as `response_mask` masks them in RL. Only training questions whose gold answer occurs in
 their own top-k passages are used (`answerable_rows`).
 
 Training: `python -m torch.distributed.run --nproc_per_node=1 -m verl.trainer.sft_trainer` on the CPU
@@ -33,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 SEARCH_TURN = "<think> I need to look this up. </think>\n<search> {question} </search>"
 ANSWER_TURN = "<think> The passages answer it. </think>\n<answer> {answer} </answer>"
+RESEARCH_SEARCH_TURN = "<think> I need to look this up. </think> <search> {question} </search>"
+RESEARCH_ANSWER_TURN = " <think> The passages answer it. </think> <answer> \\boxed{{{answer}}} </answer>"
 
 
 def answerable_rows(rows: list[dict], retriever, topk: int, limit: int, seed: int) -> list[tuple[dict, list]]:
@@ -68,7 +73,8 @@ def prompt_builder(model: str | os.PathLike, tokenizer):
 
 
 def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: int, max_obs_tokens: int,
-                      response_length: int, min_tokens_after_observation: int = 64) -> tuple[list[int], list[int]]:
+                      response_length: int, min_tokens_after_observation: int = 64, protocol: str = "search_r1",
+                      end_ids: list[int] | None = None) -> tuple[list[int], list[int]]:
     """`(input_ids, loss_mask)` of one search-then-answer trajectory (prompt + response).
 
     Args:
@@ -77,6 +83,9 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
         tokenizer, builder: the model's tokenizer and `prompt_builder`.
         max_turns, max_obs_tokens, response_length, min_tokens_after_observation: the agent loop's
             settings (they decide the last-search notice and the observation's length).
+        protocol: `search_r1` (default) or `research` (see the module docstring).
+        end_ids: `research`: the model's end-of-sequence token ids (`generation.models.end_of_sequence_ids`;
+            the first ends the answer turn).
 
     Returns two lists of equal length; `loss_mask` is 1 on the two model turns only.
 
@@ -95,6 +104,9 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
 
     prompt = list(builder.build_initial_tokens([dict(m) for m in row["prompt"]]))
     question = row["extra_info"]["question"].strip()
+    if protocol == "research":
+        return _research_tokens(prompt, question, hits, row, encode, max_obs_tokens, response_length,
+                                min_tokens_after_observation, end_ids or [tokenizer.eos_token_id])
     search = encode(SEARCH_TURN.format(question=question))
     documents = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
     room = response_length - len(search) - min_tokens_after_observation
@@ -102,6 +114,26 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
     observation, _ = observation_tokens(format_results([question], [documents])[0], encode,
                                         min(max_obs_tokens, room), notice)
     answer = encode(ANSWER_TURN.format(answer=row["reward_model"]["ground_truth"]["target"][0]))
+    ids = prompt + search + observation + answer
+    mask = [0] * len(prompt) + [1] * len(search) + [0] * len(observation) + [1] * len(answer)
+    return ids, mask
+
+
+def _research_tokens(prompt, question, hits, row, encode, max_obs_tokens, response_length,
+                     min_tokens_after_observation, end_ids) -> tuple[list[int], list[int]]:
+    """`trajectory_tokens` of the ReSearch protocol: its turns, its `<result>` block (one string, cut by tokens
+    with `</result>` kept when it does not fit), the answer turn ending with `end_ids[0]`."""
+    from verl_search.protocol import research
+    from verl_search.protocol.tokens import observation_tokens
+
+    search = encode(RESEARCH_SEARCH_TURN.format(question=question))
+    body = research.format_passages([h.passage.contents for h in hits])
+    room = min(max_obs_tokens, response_length - len(search) - min_tokens_after_observation)
+    observation = encode(research.RESULT_PREFIX + body + research.RESULT_SUFFIX)
+    if len(observation) > room:
+        observation = observation_tokens(body, encode, room, prefix=research.RESULT_PREFIX,
+                                         suffix=research.RESULT_SUFFIX)[0]
+    answer = encode(RESEARCH_ANSWER_TURN.format(answer=row["reward_model"]["ground_truth"]["target"][0])) + end_ids[:1]
     ids = prompt + search + observation + answer
     mask = [0] * len(prompt) + [1] * len(search) + [0] * len(observation) + [1] * len(answer)
     return ids, mask
@@ -248,10 +280,13 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
     if len(chosen) < options.sft_batch_size:
         raise ValueError(f"{len(chosen)} training questions have their answer in their top-{options.topk} passages, "
                          f"fewer than --sft-batch-size {options.sft_batch_size}")
+    from verl_search.generation.models import end_of_sequence_ids
+
     tokenizer = AutoTokenizer.from_pretrained(model)
     longest = write_trajectories(chosen, tokenizer, prompt_builder(model, tokenizer), out / "trajectories.parquet",
                                  max_turns=options.max_turns, max_obs_tokens=options.max_obs_tokens,
-                                 response_length=response_length)
+                                 response_length=response_length, protocol=options.protocol,
+                                 end_ids=end_of_sequence_ids(tokenizer, model))
     steps = options.sft_epochs * (len(chosen) // options.sft_batch_size)  # verl drops an incomplete last batch
     metrics = out / "metrics.jsonl"
     folder = run_sft(model, out / "trajectories.parquet", out / "ckpt", out / "sft.log", metrics, steps=steps,

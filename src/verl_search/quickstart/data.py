@@ -1,5 +1,5 @@
 """The quickstart's questions and corpus: the shipped `mini-wiki` dataset and its fixed split
-(`verl_search.datasets`), as verl rows of the Search-R1 tag protocol."""
+(`verl_search.datasets`), as verl rows of a tag protocol (Search-R1's by default, or ReSearch's)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def corpus_path() -> Path:
     return resolve_corpus(DATASET)
 
 
-def split_rows(split: str, questions: int | None = None, seed: int = 0) -> list[dict]:
-    """verl rows (`search_r1` protocol) of `mini-wiki:SPLIT`, `extra_info.index` numbering them.
+def split_rows(split: str, questions: int | None = None, seed: int = 0, protocol: str = "search_r1") -> list[dict]:
+    """verl rows (of `protocol`, default `search_r1`) of `mini-wiki:SPLIT`, `extra_info.index` numbering them.
 
     Args:
         split: `train` or `test`.
@@ -46,14 +46,15 @@ def split_rows(split: str, questions: int | None = None, seed: int = 0) -> list[
                            "all %d are used", DATASET, split, len(by_source[source]), source, per_source, questions,
                            len(by_source[source]))
         for example in sample_per_source(by_source[source], source, per_source, seed):
-            rows.append(make_row(example, len(rows), split, source, "search_r1"))
+            rows.append(make_row(example, len(rows), split, source, protocol))
     return rows
 
 
-def write_split(train_file: Path, test_file: Path, test_questions: int | None, seed: int = 0) -> None:
+def write_split(train_file: Path, test_file: Path, test_questions: int | None, seed: int = 0,
+                protocol: str = "search_r1") -> None:
     """Write `mini-wiki:train` (every question) to `train_file` and about `test_questions` of
     `mini-wiki:test` to `test_file` as verl parquet files (`split_rows`)."""
     from verl_search.data.preprocess import write_parquet
 
-    write_parquet(split_rows("train", seed=seed), train_file)
-    write_parquet(split_rows("test", test_questions, seed), test_file)
+    write_parquet(split_rows("train", seed=seed, protocol=protocol), train_file)
+    write_parquet(split_rows("test", test_questions, seed, protocol), test_file)

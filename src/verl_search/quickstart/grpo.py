@@ -58,8 +58,9 @@ def agent_loop_yaml(protocol: EvalOptions, path: Path) -> Path:
     from verl_search.verl_config.shipped import config_path
 
     entries = yaml.safe_load(Path(config_path("agent-loop")).read_text())
+    searches = {"search_r1_agent": "max_turns", "research_agent": "max_searches"}  # each loop's name for the cap
     for entry in entries:
-        entry.update(max_turns=protocol.max_turns, topk=protocol.topk,
+        entry.update({searches[entry["name"]]: protocol.max_turns}, topk=protocol.topk,
                      max_tokens_per_turn=protocol.max_tokens_per_turn, max_obs_tokens=protocol.max_obs_tokens)
         entry["retrieval_service_url"] = URL_INTERPOLATION
     text = yaml.safe_dump(entries, sort_keys=False).replace(f"'{URL_INTERPOLATION}'", URL_INTERPOLATION)

@@ -48,6 +48,9 @@ class QuickstartOptions:
         permuted_reward: the control run: GRPO's scores shuffled among each step's trajectories
             (`verl_search.training.replay_buffer`), everything else the same; compare with the same run
             without it.
+        protocol: `search_r1` (default) or `research` (docs/protocols.md): the rows' prompt, the cold
+            start's trajectories, the agent loop and the reward (ReSearch's for `research`, which `reward`
+            does not change).
         max_turns, topk, max_tokens_per_turn, max_obs_tokens, temperature: the protocol, shared by
             training and evaluation (`protocol_options`).
         batch_size: questions rolled out together in an evaluation.
@@ -62,6 +65,8 @@ class QuickstartOptions:
     """
 
     out: str = field(default="runs/quickstart", metadata=_help("output folder (a rerun reuses finished stages)"))
+    protocol: Literal["search_r1", "research"] = field(default="search_r1", metadata=_help(
+        "search_r1 (Search-R1 tags, EM reward) or research (ReSearch tags and reward; --reward is then unused)"))
     model: str = field(default="smollm2", metadata=_help("HF model folder, or smollm2 (SmolLM2-135M-Instruct)"))
     test_questions: int = field(default=102, metadata=_help("held-out questions per evaluation, spread over sources"))
     sft_examples: int = field(default=32, metadata=_help("cold-start trajectories (0: no cold start)"))
@@ -129,7 +134,7 @@ def protocol_options(options: QuickstartOptions, index: str | Path, engine: str 
     evaluation is a copy with its model and folder (`for_model`), and the GRPO overrides read their
     limits from it (`verl_search.quickstart.grpo.grpo_overrides`)."""
     return EvalOptions(
-        data=[], out=str(Path(options.out) / "eval"), protocol="search_r1", model=options.model, index=str(index),
+        data=[], out=str(Path(options.out) / "eval"), protocol=options.protocol, model=options.model, index=str(index),
         engine=engine,
         batch_size=options.batch_size, max_turns=options.max_turns, topk=options.topk,
         max_tokens_per_turn=options.max_tokens_per_turn, max_obs_tokens=options.max_obs_tokens,

@@ -41,7 +41,7 @@ from verl_search.runtime.child import in_child
 
 logger = logging.getLogger(__name__)
 
-PROTOCOL_KEYS = ("max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens", "temperature")
+PROTOCOL_KEYS = ("protocol", "max_turns", "topk", "max_tokens_per_turn", "max_obs_tokens", "temperature")
 
 
 @dataclass
@@ -200,7 +200,7 @@ class Quickstart:
         protocol = (*PROTOCOL_KEYS, "batch_size", "engine")
         stages = [
             Stage("index", (), (), self.build_index),
-            Stage("data", ("test_questions", "seed"), (), self.write_data),
+            Stage("data", ("test_questions", "seed", "protocol"), (), self.write_data),
             Stage("eval_untrained", ("model", *protocol), ("index", "data"), lambda: self.evaluate("untrained", o.model)),
         ]
         if o.sft_examples:
@@ -239,7 +239,7 @@ class Quickstart:
 
     def write_data(self) -> None:
         in_child("verl_search.quickstart.data:write_split", self.train_file, self.test_file,
-                 self.options.test_questions, self.options.seed)
+                 self.options.test_questions, self.options.seed, self.options.protocol)
 
     def base_model(self) -> str:
         """`--model` as a Hugging Face folder (SmolLM2's GGUF is converted once, in a child process)."""
