@@ -230,7 +230,10 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     parts = [f"# {meta.get('title', 'verl-search quickstart')}", ""]
     if engine:
         parts += [f"Rollout engine of every evaluation and of GRPO's rollouts: {engine}.", ""]
-    if meta.get("options", {}).get("reward"):
+    if meta.get("options", {}).get("protocol") == "research":
+        parts += ["Protocol: `research`; GRPO's reward: ReSearch's (F1 of the boxed answer, 0.1 well formed, 0 "
+                  "malformed or cut; `verl_search.rewards.research`).", ""]
+    elif meta.get("options", {}).get("reward"):
         parts += [f"GRPO's reward: `{meta['options']['reward']}` (`verl-search quickstart --reward`).", ""]
     parts += [models_table(summaries),
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
