@@ -11,6 +11,7 @@ from verl_search.protocol.vocabulary import ENDED_WITH_EOS, FAILED_SEARCHES, NUM
 from verl_search.rewards.qa import (count_answers, cover_exact_match, exact_match, f1_score, retrieval_has_answer,
                                    strip_retrieved)
 from verl_search.rewards.research import FORMAT_SCORE, research_score
+
 ANSWER_SCORES = ("em", "f1")
 """What a well-formed answer earns: `em` (Search-R1) or `f1` (ReSearch's partial credit)."""
 
