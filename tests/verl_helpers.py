@@ -60,6 +60,21 @@ def tool_agent_config(model_dir, data_file, *extra: str):
     ])
 
 
+def tag_agent_config(model_dir, data_file, agent_loop_yaml, response_length: int = 3000):
+    """verl's trainer config for our tag-protocol agent loops (Search-R1, ReSearch) registered through
+    `agent_loop_yaml`, with our reward."""
+    return compose_verl_config([
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.rollout.name=sglang",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_yaml}",
+        "actor_rollout_ref.rollout.prompt_length=1024",
+        f"actor_rollout_ref.rollout.response_length={response_length}",
+        f"data.train_files={data_file}", f"data.val_files={data_file}",
+        "reward.custom_reward_function.path=pkg://verl_search.rewards",
+        "reward.custom_reward_function.name=compute_score",
+    ])
+
+
 def row_tokens(output, i: int) -> tuple[list[int], list[int]]:
     """`(response ids, response mask)` of row `i` of an agent-loop output batch, without padding."""
     length = int(output.batch["attention_mask"][i, output.batch["prompts"].shape[1]:].sum())

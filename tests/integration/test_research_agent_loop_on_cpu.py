@@ -14,12 +14,11 @@ import yaml
 from transformers import AutoTokenizer
 
 from tests.conftest import MINI_QA
-from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens
+from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens, tag_agent_config
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
 from verl_search.protocol import research
 from verl_search.tools.local_server import free_port
-from verl_search.verl_config.compose import compose_verl_config
 from verl_search.verl_config.shipped import config_path
 
 QA = [json.loads(line) for line in MINI_QA.read_text().splitlines()]
@@ -65,16 +64,7 @@ def loop_yaml(folder, **settings):
 def rollout(model_dir, tokenizer, data_file, agent_loop_yaml, reward_handle=None, response_length=1500):
     from verl.experimental.agent_loop import AgentLoopWorker
 
-    config = compose_verl_config([
-        f"actor_rollout_ref.model.path={model_dir}",
-        "actor_rollout_ref.rollout.name=sglang",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_yaml}",
-        "actor_rollout_ref.rollout.prompt_length=1024",
-        f"actor_rollout_ref.rollout.response_length={response_length}",
-        f"data.train_files={data_file}", f"data.val_files={data_file}",
-        "reward.custom_reward_function.path=pkg://verl_search.rewards",
-        "reward.custom_reward_function.name=compute_score",
-    ])
+    config = tag_agent_config(model_dir, data_file, agent_loop_yaml, response_length)
     llm = ScriptedLLM(tokenizer, script)
     handles = [reward_handle(config)] if reward_handle else None
     worker = AgentLoopWorker(config, llm, reward_loop_worker_handles=handles)

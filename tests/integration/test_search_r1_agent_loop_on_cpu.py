@@ -14,11 +14,10 @@ import yaml
 from transformers import AutoTokenizer
 
 from tests.conftest import MINI_QA
-from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens
+from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens, tag_agent_config
 from verl_search.verl_config.shipped import config_path
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
-from verl_search.verl_config.compose import compose_verl_config
 from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
 from verl_search.tools.formatting import format_results
 from verl_search.tools.local_server import free_port
@@ -57,19 +56,6 @@ def data_file(tmp_path_factory):
     return out
 
 
-def agent_config(model_dir, data_file, agent_loop_yaml):
-    return compose_verl_config([
-        f"actor_rollout_ref.model.path={model_dir}",
-        "actor_rollout_ref.rollout.name=sglang",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_yaml}",
-        "actor_rollout_ref.rollout.prompt_length=1024",
-        "actor_rollout_ref.rollout.response_length=3000",
-        f"data.train_files={data_file}", f"data.val_files={data_file}",
-        "reward.custom_reward_function.path=pkg://verl_search.rewards",
-        "reward.custom_reward_function.name=compute_score",
-    ])
-
-
 def rollout(config, tokenizer, data_file, reward_handle=None):
     from verl.experimental.agent_loop import AgentLoopWorker
 
@@ -88,7 +74,7 @@ def observation(bm25_retriever, query, notice=""):
 def default_run(tiny_qwen, tokenizer, data_file, bm25_server, ray_session):
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-    config = agent_config(tiny_qwen, data_file, config_path("agent-loop"))
+    config = tag_agent_config(tiny_qwen, data_file, config_path("agent-loop"))
     reward = ray_session.remote(RewardLoopWorker).remote(config)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VERL_SEARCH_URL", f"{bm25_server.url}/retrieve")
@@ -174,7 +160,7 @@ def custom_yaml(tmp_path_factory):
 def test_long_observation_keeps_its_closing_tag_and_base_prompt(tiny_qwen, tokenizer, data_file, bm25_server,
                                                                custom_yaml, monkeypatch):
     monkeypatch.setenv("VERL_SEARCH_URL", f"{bm25_server.url}/retrieve")
-    output, llm = rollout(agent_config(tiny_qwen, data_file, custom_yaml), tokenizer, data_file)
+    output, llm = rollout(tag_agent_config(tiny_qwen, data_file, custom_yaml), tokenizer, data_file)
     calls = calls_for(llm, GALLU["question"])
     assert "<|im_start|>" not in calls[0][1]  # raw Search-R1 text, no chat template
     assert calls[0][1] == tokenizer.decode(tokenizer.encode(make_row(GALLU, 0, "t", "x", "search_r1")["prompt"][0]["content"]))
@@ -188,7 +174,7 @@ def test_long_observation_keeps_its_closing_tag_and_base_prompt(tiny_qwen, token
 
 def test_server_down_still_completes(tiny_qwen, tokenizer, data_file, monkeypatch):
     monkeypatch.setenv("VERL_SEARCH_URL", f"http://127.0.0.1:{free_port()}/retrieve")
-    output, llm = rollout(agent_config(tiny_qwen, data_file, config_path("agent-loop")), tokenizer, data_file)
+    output, llm = rollout(tag_agent_config(tiny_qwen, data_file, config_path("agent-loop")), tokenizer, data_file)
     calls = calls_for(llm, GALLU["question"])
     assert "<information>search failed: cannot connect to the retrieval service" in calls[1][1]
     fields = output.non_tensor_batch

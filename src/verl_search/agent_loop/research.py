@@ -27,7 +27,6 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl_search.agent_loop.search_r1 import SearchR1AgentLoop, _Trajectory
 from verl_search.generation.models import end_of_sequence_ids
 from verl_search.protocol import research
-from verl_search.protocol.tokens import observation_tokens
 from verl_search.protocol.vocabulary import ANSWERED, ENDED_WITH_EOS, SEARCH_FAILED_PREFIX
 from verl_search.tools import client
 from verl_search.tools.client import record_search
@@ -107,11 +106,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         record_search(trajectory, outcome)
         body = (research.format_passages([doc.get("contents", "") for doc in outcome.hits[0]]) if outcome.ok
                 else SEARCH_FAILED_PREFIX + outcome.error)
-        ids = self._encode(research.RESULT_PREFIX + body + research.RESULT_SUFFIX)  # one string, as ReSearch
-        truncated = len(ids) > room
-        if truncated:
-            ids = observation_tokens(body, self._encode, room, prefix=research.RESULT_PREFIX,
-                                     suffix=research.RESULT_SUFFIX)[0]
+        ids, truncated = research.result_tokens(body, self._encode, room)
         record.update(query=query, search_failed=not outcome.ok, truncated=truncated)
         if not ids:
             return False

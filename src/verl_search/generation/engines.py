@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from verl.workers.rollout.replica import TokenOutput
 
+from verl_search.generation.models import end_of_sequence_ids
 from verl_search.protocol.tokens import cut_at_first_stop
 
 logger = logging.getLogger(__name__)
@@ -42,14 +43,10 @@ class _Request:
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
-    """Token ids that end a turn: the generation config's EOS, the tokenizer's, and `<|im_end|>`."""
-    ids: set[int] = set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (configured, tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(int(v) for v in value)
+    """Token ids that end a turn: the generation config's EOS, the tokenizer's
+    (`models.end_of_sequence_ids`), and `<|im_end|>`."""
+    configured = getattr(model, "generation_config", None)
+    ids = {int(token) for token in end_of_sequence_ids(tokenizer, generation_config=configured)}
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
         ids.add(im_end)

@@ -105,15 +105,19 @@ def load_causal_lm(model: str, gguf_file: str | None = None):
     return lm, tokenizer, str(target)
 
 
-def end_of_sequence_ids(tokenizer, model_path: str | None) -> list[int]:
-    """The token ids that end a sequence, the model's `generation_config.json` ones first (what vLLM and the
-    transformers engine stop at; an instruct model's end of turn), then the tokenizer's EOS. A GGUF conversion
-    can leave the tokenizer a wrong EOS (SmolLM2's says `<|im_start|>`, its generation config `<|im_end|>`)."""
-    from transformers import GenerationConfig
+def end_of_sequence_ids(tokenizer, model_path: str | None = None, generation_config=None) -> list[int]:
+    """The token ids that end a sequence, the generation config's first (what vLLM and the transformers
+    engine stop at; an instruct model's end of turn), then the tokenizer's EOS. The generation config is
+    `generation_config` (a loaded model's), else `model_path`'s `generation_config.json` (none: the
+    tokenizer's EOS alone). A GGUF conversion can leave the tokenizer a wrong EOS (SmolLM2's says
+    `<|im_start|>`, its generation config `<|im_end|>`)."""
+    if generation_config is None and model_path:
+        from transformers import GenerationConfig
 
-    try:
-        configured = GenerationConfig.from_pretrained(model_path).eos_token_id if model_path else None
-    except (OSError, ValueError):  # no generation_config.json: the tokenizer's EOS alone
-        configured = None
-    ids = [*(configured if isinstance(configured, list) else [configured]), tokenizer.eos_token_id]
+        try:
+            generation_config = GenerationConfig.from_pretrained(model_path)
+        except (OSError, ValueError):  # no generation_config.json
+            generation_config = None
+    configured = getattr(generation_config, "eos_token_id", None)
+    ids = [*(configured if isinstance(configured, list | tuple) else [configured]), tokenizer.eos_token_id]
     return [token for position, token in enumerate(ids) if token is not None and token not in ids[:position]]

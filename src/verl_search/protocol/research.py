@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from verl_search.protocol.base import Protocol
+from verl_search.protocol.tokens import observation_tokens
 from verl_search.protocol.vocabulary import Action
 
 #: the prompt of base models (no chat template); `{question}` is the row's question
@@ -96,6 +97,20 @@ def format_passages(contents: list[str]) -> str:
     """The text inside `<result>`: each passage's `contents` (FlashRAG's `"title"\\ntext`), joined by
     blank lines, stripped (`vLLMRolloutWithSearch.batch_search`)."""
     return "".join(f"{text}\n\n" for text in contents).strip()
+
+
+def result_tokens(body: str, encode, max_tokens: int) -> tuple[list[int], bool]:
+    """Tokens of ` <result>\\n{body}\\n</result>`, at most `max_tokens`: tokenised as one string, as ReSearch
+    encodes it, when that fits; else the body cut by tokens with the frame and `</result>` kept
+    (`tokens.observation_tokens`). `encode(text) -> list[int]`.
+
+    Returns:
+        `(token_ids, truncated)`; `token_ids` is empty when even the frame does not fit.
+    """
+    ids = encode(RESULT_PREFIX + body + RESULT_SUFFIX)
+    if len(ids) <= max_tokens:
+        return ids, False
+    return observation_tokens(body, encode, max_tokens, prefix=RESULT_PREFIX, suffix=RESULT_SUFFIX)[0], True
 
 
 def search_query(turn: str) -> str:
@@ -176,20 +191,15 @@ def boxed_content(text: str) -> str | None:
     return None
 
 
-def answer_block(response: str) -> str | None:
-    """The first `<answer>...</answer>` body of the stripped response, unstripped; None if none."""
-    match = _FIRST_ANSWER_RE.search(response.strip())
-    return match.group(1) if match else None
-
-
 def extract_answer(response: str) -> str | None:
-    """The final answer: the `\\boxed{}` content of the first `<answer>` block; None if either is missing.
+    """The final answer: the `\\boxed{}` content of the first `<answer>` block of the stripped response
+    (`extract_answer`); None if either is missing.
 
     >>> extract_answer("<think>x</think> <answer> The final answer is \\\\[ \\\\boxed{Paris} \\\\] </answer>")
     'Paris'
     """
-    block = answer_block(response)
-    return None if block is None else boxed_content(block)
+    match = _FIRST_ANSWER_RE.search(response.strip())
+    return None if match is None else boxed_content(match.group(1))
 
 
 def parse_action(turn: str) -> Action:

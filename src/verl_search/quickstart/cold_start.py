@@ -124,15 +124,11 @@ def _research_tokens(prompt, question, hits, row, encode, max_obs_tokens, respon
     """`trajectory_tokens` of the ReSearch protocol: its turns, its `<result>` block (one string, cut by tokens
     with `</result>` kept when it does not fit), the answer turn ending with `end_ids[0]`."""
     from verl_search.protocol import research
-    from verl_search.protocol.tokens import observation_tokens
 
     search = encode(RESEARCH_SEARCH_TURN.format(question=question))
-    body = research.format_passages([h.passage.contents for h in hits])
     room = min(max_obs_tokens, response_length - len(search) - min_tokens_after_observation)
-    observation = encode(research.RESULT_PREFIX + body + research.RESULT_SUFFIX)
-    if len(observation) > room:
-        observation = observation_tokens(body, encode, room, prefix=research.RESULT_PREFIX,
-                                         suffix=research.RESULT_SUFFIX)[0]
+    observation, _ = research.result_tokens(research.format_passages([h.passage.contents for h in hits]), encode,
+                                            room)
     answer = encode(RESEARCH_ANSWER_TURN.format(answer=row["reward_model"]["ground_truth"]["target"][0])) + end_ids[:1]
     ids = prompt + search + observation + answer
     mask = [0] * len(prompt) + [1] * len(search) + [0] * len(observation) + [1] * len(answer)

@@ -16,13 +16,12 @@ from verl_search.rewards.qa import (
     f1_score,
     normalize_answer,
 )
-from verl_search.rewards.research import research_f1, research_score
+from verl_search.rewards.research import research_score
 from verl_search.rewards.score import compute_score, gold_answers
 
 __all__ = [
     "compute_score",
     "gold_answers",
-    "research_f1",
     "research_score",
     "cover_exact_match",
     "exact_match",

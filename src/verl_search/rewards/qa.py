@@ -42,12 +42,28 @@ def cover_exact_match(prediction: str, golds: Iterable[str]) -> float:
     return float(any(normalize_answer(g) and normalize_answer(g) in normalized for g in golds))
 
 
-def f1_score(prediction: str, golds: Iterable[str]) -> float:
-    """Best token-level F1 between the prediction and a gold alias (SQuAD), in [0, 1]."""
-    prediction_tokens = normalize_answer(prediction).split()
+_YES_NO = ("yes", "no", "noanswer")
+
+
+def f1_score(prediction: str, golds: Iterable[str], *, yes_no_exact: bool = False) -> float:
+    """Best token-level F1 between the prediction and a gold alias (SQuAD), in [0, 1].
+
+    `yes_no_exact`: a `yes` / `no` / `noanswer` prediction or gold alias only counts when both are equal
+    (ReSearch's `get_f1_score`, `src/verl/utils/reward_score/re_search.py`, branch `re-search`).
+
+    >>> f1_score("the Paris city", ["Paris"])
+    0.6666666666666666
+    >>> f1_score("yes", ["yes indeed"]), f1_score("yes", ["yes indeed"], yes_no_exact=True)
+    (0.6666666666666666, 0.0)
+    """
+    normalized = normalize_answer(prediction)
+    prediction_tokens = normalized.split()
     best = 0.0
     for gold in golds:
-        gold_tokens = normalize_answer(gold).split()
+        expected = normalize_answer(gold)
+        if yes_no_exact and (normalized in _YES_NO or expected in _YES_NO) and normalized != expected:
+            continue
+        gold_tokens = expected.split()
         common = Counter(prediction_tokens) & Counter(gold_tokens)
         overlap = sum(common.values())
         if overlap == 0:

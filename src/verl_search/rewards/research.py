@@ -20,38 +20,11 @@ whole response.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
-
-from verl_search.protocol.research import answer_block, boxed_content, format_check
-from verl_search.rewards.qa import normalize_answer
+from verl_search.protocol.research import extract_answer, format_check
+from verl_search.rewards.qa import f1_score
 
 #: ReSearch's score of a well-formed response whose answer has F1 0
 FORMAT_SCORE = 0.1
-_YES_NO = ("yes", "no", "noanswer")
-
-
-def research_f1(prediction: str, golds: Iterable[str]) -> float:
-    """Best token F1 against the gold answers, with ReSearch's yes/no rule (`get_f1_score`).
-
-    >>> research_f1("the Paris city", ["Paris"])
-    0.6666666666666666
-    >>> research_f1("yes", ["yes indeed"])
-    0.0
-    """
-    best = 0.0
-    predicted = normalize_answer(prediction)
-    for gold in golds:
-        expected = normalize_answer(gold)
-        if (predicted in _YES_NO or expected in _YES_NO) and predicted != expected:
-            continue
-        common = Counter(predicted.split()) & Counter(expected.split())
-        overlap = sum(common.values())
-        if overlap == 0:
-            continue
-        precision, recall = overlap / len(predicted.split()), overlap / len(expected.split())
-        best = max(best, 2 * precision * recall / (precision + recall))
-    return best
 
 
 def research_score(response: str, golds: list[str], ended_with_eos: bool | None = None,
@@ -74,11 +47,10 @@ def research_score(response: str, golds: list[str], ended_with_eos: bool | None 
         return 0.0, f"bad format: {reason}"
     if ended_with_eos is False:
         return 0.0, "over length"
-    block = answer_block(response)
-    answer = boxed_content(block) if block is not None else None
+    answer = extract_answer(response)
     if answer is None:
         return 0.0, "cannot extract a boxed answer"
-    f1 = research_f1(answer, golds)
+    f1 = f1_score(answer, golds, yes_no_exact=True)
     if f1 > 0:
         return f1, f"correct answer, f1 {f1:.3f}"
     return format_score, "wrong answer but good format"

@@ -8,7 +8,8 @@ the recipe, the overrides), then checked:
 2. `multi_turn.format` names a tool parser verl has (`hermes`, ...; the removed verl example used
    `qwen`, which does not exist);
 3. every agent loop the data asks for (`agent_name` column, else `agent.default_agent_loop`) is
-   registered, by verl or by `agent.agent_loop_config_path`, and its class imports;
+   registered, by verl or by `agent.agent_loop_config_path`, and its class imports; rows of a protocol
+   (`extra_info.protocol`) select that protocol's agent loop;
 4. tools are configured but the data has no `agent_name` and the default loop is
    `single_turn_agent`: the tool would never be called (verl issue #3008);
 5. the reward function imports and accepts verl's call
@@ -17,7 +18,6 @@ the recipe, the overrides), then checked:
    with `ground_truth`);
 7. prompt + response lengths fit the model's context (`max_position_embeddings`), and verl's
    `max_tool_response_length` (characters) is not below the tool's own `max_observation_chars`;
-   rows of a protocol (`extra_info.protocol`) select that protocol's agent loop;
 8. the rollout engine `rollout.name` names (`vllm`, `sglang`): when installed, verl's replica class
    for it imports (verl's `RolloutReplicaRegistry`); when not, the `pip install` line of its extra is
    logged as a warning (check-config runs on CPU machines without the engine), or is a problem with
