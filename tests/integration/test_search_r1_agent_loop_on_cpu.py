@@ -130,11 +130,11 @@ def test_engine_overshoot_is_cut_at_the_first_closing_tag(default_run, tokenizer
 def test_max_turns_then_no_more_searches(default_run, tokenizer):
     output, llm = default_run
     calls = calls_for(llm, OTHERS[1]["question"])
-    assert len(calls) == 5  # 4 searches, then one last turn to answer
+    assert len(calls) == 3  # the shipped YAML's 2 searches (Search-R1's max_turns), then one last turn to answer
     fields = output.non_tensor_batch
-    assert fields["num_searches"][2] == 4 and not fields["answered"][2]
-    assert calls[4][1].endswith(LAST_SEARCH_NOTICE + "</information>\n\n")
-    assert LAST_SEARCH_NOTICE not in calls[3][1]
+    assert fields["num_searches"][2] == 2 and not fields["answered"][2]
+    # Search-R1's last observation is the passages only: the notice is off in the shipped YAML
+    assert calls[2][1].endswith("</information>\n\n") and LAST_SEARCH_NOTICE not in calls[2][1]
     ids, mask = row_tokens(output, 2)
     assert mask[-1] == 1  # the trajectory ends with the model's last turn, no observation after it
 
@@ -149,9 +149,10 @@ def test_invalid_action_gets_the_correction_message(default_run, tokenizer):
 
 @pytest.fixture(scope="module")
 def custom_yaml(tmp_path_factory):
-    """A copy of the shipped YAML with a small observation budget and no chat template (base model)."""
+    """A copy of the shipped YAML with a small observation budget, no chat template (base model) and the
+    last-search notice on."""
     entries = yaml.safe_load(open(config_path("agent-loop")))
-    entries[0].update(max_obs_tokens=40, use_chat_template=False)
+    entries[0].update(max_obs_tokens=40, use_chat_template=False, last_search_notice=True)
     path = tmp_path_factory.mktemp("yaml") / "agent_loops.yaml"
     path.write_text(yaml.safe_dump(entries))
     return path
@@ -170,6 +171,11 @@ def test_long_observation_keeps_its_closing_tag_and_base_prompt(tiny_qwen, token
     text = tokenizer.decode(first_obs)
     assert text.startswith("\n\n<information>Doc 1(Title:") and text.endswith("...(truncated)</information>\n\n")
     assert output.non_tensor_batch["turns"][0][0]["truncated"]
+    # with last_search_notice on, the last observation (only) says so, inside the cut block
+    calls = calls_for(llm, OTHERS[1]["question"])
+    assert len(calls) == 3
+    assert calls[2][1].endswith(LAST_SEARCH_NOTICE + "</information>\n\n")
+    assert LAST_SEARCH_NOTICE not in calls[1][1]
 
 
 def test_server_down_still_completes(tiny_qwen, tokenizer, data_file, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import yaml
 from transformers import AutoTokenizer
 
 from tests.verl_helpers import ScriptedLLM
@@ -40,9 +41,10 @@ def chosen(bm25_retriever):
     return answerable_rows(split_rows("train", 30), bm25_retriever, 3, 3, seed=0)
 
 
-def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch, turns=(SEARCH_TURN, ANSWER_TURN)):
+def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch, turns=(SEARCH_TURN, ANSWER_TURN),
+                            loop_settings=None):
     """`(input_ids, mask)` per row as verl's worker + our agent loop build them (prompt mask 0); the scripted model
-    writes `turns` (a search turn, then an answer turn)."""
+    writes `turns` (a search turn, then an answer turn); `loop_settings` update every entry of the loops' YAML."""
     from verl.experimental.agent_loop import AgentLoopWorker
 
     monkeypatch.setenv("VERL_SEARCH_URL", url)
@@ -55,9 +57,15 @@ def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch,
 
     data = folder / "rows.parquet"
     write_parquet(rows, data)
+    loops = agent_loop_yaml(protocol, folder / "loops.yaml")
+    if loop_settings:
+        entries = yaml.safe_load(loops.read_text())
+        for entry in entries:
+            entry.update(loop_settings)
+        loops.write_text(yaml.safe_dump(entries))
     config = compose_verl_config([
         f"actor_rollout_ref.model.path={tiny_qwen}", "actor_rollout_ref.rollout.name=sglang",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_yaml(protocol, folder / 'loops.yaml')}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
         f"actor_rollout_ref.rollout.prompt_length={protocol.prompt_length}",
         f"actor_rollout_ref.rollout.response_length={protocol.response_length}",
         f"data.train_files={data}", f"data.val_files={data}",
@@ -77,23 +85,25 @@ def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch,
     return out
 
 
-@pytest.mark.parametrize("max_turns", [2, 1], ids=["two-turns", "one-turn-with-notice"])
-def test_cold_start_tokens_equal_the_agent_loops(tiny_qwen, chosen, bm25_server, tmp_path, monkeypatch, max_turns):
+@pytest.mark.parametrize("max_turns, notice", [(2, False), (1, True)], ids=["two-turns", "one-turn-with-notice"])
+def test_cold_start_tokens_equal_the_agent_loops(tiny_qwen, chosen, bm25_server, tmp_path, monkeypatch, max_turns,
+                                                 notice):
     options = QuickstartOptions(max_turns=max_turns, max_obs_tokens=120)
     protocol = protocol_options(options, "unused")
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     builder = prompt_builder(tiny_qwen, tokenizer)
     ours = [trajectory_tokens(row, hits, tokenizer, builder, max_turns=max_turns, max_obs_tokens=120,
-                              response_length=protocol.response_length) for row, hits in chosen]
+                              response_length=protocol.response_length, last_search_notice=notice)
+            for row, hits in chosen]
     theirs = agent_loop_trajectories(tiny_qwen, [row for row, _ in chosen], protocol, f"{bm25_server.url}/retrieve",
-                                     tmp_path, monkeypatch)
+                                     tmp_path, monkeypatch, loop_settings={"last_search_notice": notice})
     for (ids, mask), (loop_ids, loop_mask) in zip(ours, theirs):
         assert ids == loop_ids, tokenizer.decode(ids) + "\n----\n" + tokenizer.decode(loop_ids)
         assert mask == loop_mask
         trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
         assert "<information>" not in trained and "Doc 1(Title:" not in trained  # observations masked
         assert "</search>" in trained and "</answer>" in trained
-        assert ("no more searches" in tokenizer.decode(ids)) == (max_turns == 1)
+        assert ("no more searches" in tokenizer.decode(ids)) == notice
 
 
 def test_research_cold_start_tokens_equal_the_research_loops(tiny_qwen, bm25_retriever, bm25_server, tmp_path,

@@ -1,5 +1,6 @@
 """`check-config` accepts every shipped recipe and rejects one broken recipe per failure it
-guards against. The tiny Qwen2 and the mini data stand in for the real model and data paths."""
+guards against. The tiny Qwen2 (a tiny Qwen3 for the Qwen3 recipe) and the mini data stand in for the real model
+and data paths."""
 
 import importlib.util
 import logging
@@ -37,7 +38,7 @@ def test_shipped_recipes_exist():
     assert {r.parent.name for r in RECIPES} == {"grpo_qwen2.5-3b-instruct_tool", "ppo_qwen2.5-3b-base_search_r1",
                                                  "grpo_qwen2.5-3b-base_search_r1",
                                                  "ppo_qwen2.5-3b-base_search_r1_megatron",
-                                                 "grpo_qwen2.5-7b-instruct_research"}
+                                                 "grpo_qwen2.5-7b-instruct_research", "grpo_qwen3-4b-instruct_tool"}
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +55,36 @@ def tiny_qwen_32k(tiny_qwen, tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory):
+    """A randomly initialised 2-layer Qwen3 (`Qwen3Config`, verl's and vLLM's Qwen3 code paths) for the Qwen3
+    recipe. Qwen3's own tokenizer files cannot be had here (no hub access): it carries the real Qwen2.5 tokenizer
+    and chat template, which write tool calls as Qwen3's do (`<tool_call>{json}</tool_call>`, hermes)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from tests.conftest import QWEN_TOKENIZER
+
+    folder = tmp_path_factory.mktemp("tiny_qwen3") / "model"
+    tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=8192,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.parent.name)
-def test_every_shipped_recipe_passes(recipe, tiny_qwen, tiny_qwen_32k, parquet):
+def test_every_shipped_recipe_passes(recipe, tiny_qwen, tiny_qwen_32k, tiny_qwen3, parquet):
     protocol = next(p for p in ("tool", "research", "search_r1") if p in recipe.parent.name)
-    model = tiny_qwen_32k if protocol == "research" else tiny_qwen
+    model = tiny_qwen_32k if protocol == "research" else tiny_qwen3 if "qwen3" in recipe.parent.name else tiny_qwen
+    if model is tiny_qwen3:
+        from transformers import AutoConfig
+
+        assert AutoConfig.from_pretrained(model).model_type == "qwen3"
     assert check_config(recipe, stand_ins(model, parquet[protocol])) == []
 
 

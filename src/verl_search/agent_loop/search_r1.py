@@ -87,9 +87,12 @@ class SearchR1AgentLoop(AgentLoopBase):
         retrieval_service_url, topk, timeout [s], max_retries, deadline [s], max_concurrency, ...:
             any `verl_search.tools.client.SearchClientConfig` key, with its defaults: the same
             client as `SearchTool`.
-        max_turns: searches allowed (default 4, the paper's); invalid actions count as turns.
-            After the last one the observation says no more searches are allowed, and the model
-            gets one more turn to answer.
+        max_turns: searches allowed (default 4, the paper's; the shipped YAML sets 2, Search-R1's
+            scripts'); invalid actions count as turns. After the last one the model gets one more turn
+            to answer.
+        last_search_notice: append `LAST_SEARCH_NOTICE` ("no more searches are allowed") to the last
+            observation (default False: Search-R1's observation is the passages only,
+            `search_r1/llm_agent/generation.py`).
         max_tokens_per_turn: generation limit per model turn [tokens] (default 500, Search-R1's).
         max_obs_tokens: observation limit [tokens] (default 500); the closing `</information>`
             is always kept.
@@ -105,6 +108,7 @@ class SearchR1AgentLoop(AgentLoopBase):
         self,
         *args,
         max_turns: int = 4,
+        last_search_notice: bool = False,
         max_tokens_per_turn: int = 500,
         max_obs_tokens: int = 500,
         max_chars_per_passage: int | None = None,
@@ -119,6 +123,7 @@ class SearchR1AgentLoop(AgentLoopBase):
         if max_turns < 0 or max_tokens_per_turn < 1 or max_obs_tokens < 1:
             raise ValueError(f"max_turns={max_turns} must be >= 0, token limits >= 1")
         self.max_turns = max_turns
+        self.last_search_notice = bool(last_search_notice)
         self.max_tokens_per_turn = max_tokens_per_turn
         self.max_obs_tokens = max_obs_tokens
         self.max_chars_per_passage = max_chars_per_passage
@@ -187,7 +192,7 @@ class SearchR1AgentLoop(AgentLoopBase):
     async def _observe(self, action, topk: int, last: bool, record: dict, trajectory: _Trajectory) -> bool:
         """Append the environment's answer to a non-final turn; False if it does not fit."""
         room = self.response_length - len(trajectory.response_ids) - self.min_tokens_after_observation
-        notice = LAST_SEARCH_NOTICE if last else ""
+        notice = LAST_SEARCH_NOTICE if last and self.last_search_notice else ""
         if action.kind == "search":
             started = time.perf_counter()
             outcome = await client.search([action.content], self.client_config, topk=topk)

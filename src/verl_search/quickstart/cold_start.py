@@ -74,15 +74,15 @@ def prompt_builder(model: str | os.PathLike, tokenizer):
 
 def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: int, max_obs_tokens: int,
                       response_length: int, min_tokens_after_observation: int = 64, protocol: str = "search_r1",
-                      end_ids: list[int] | None = None) -> tuple[list[int], list[int]]:
+                      end_ids: list[int] | None = None, last_search_notice: bool = False) -> tuple[list[int], list[int]]:
     """`(input_ids, loss_mask)` of one search-then-answer trajectory (prompt + response).
 
     Args:
         row: a verl row of the tag protocol (`prompt`, `extra_info.question`, `reward_model`).
         hits: the retriever's hits for the question (`Hit`: `.passage.id`, `.passage.contents`).
         tokenizer, builder: the model's tokenizer and `prompt_builder`.
-        max_turns, max_obs_tokens, response_length, min_tokens_after_observation: the agent loop's
-            settings (they decide the last-search notice and the observation's length).
+        max_turns, max_obs_tokens, response_length, min_tokens_after_observation, last_search_notice: the
+            agent loop's settings (they decide the last-search notice and the observation's length).
         protocol: `search_r1` (default) or `research` (see the module docstring).
         end_ids: `research`: the model's end-of-sequence token ids (`generation.models.end_of_sequence_ids`;
             the first ends the answer turn).
@@ -110,7 +110,7 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
     search = encode(SEARCH_TURN.format(question=question))
     documents = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
     room = response_length - len(search) - min_tokens_after_observation
-    notice = LAST_SEARCH_NOTICE if max_turns == 1 else ""
+    notice = LAST_SEARCH_NOTICE if max_turns == 1 and last_search_notice else ""
     observation, _ = observation_tokens(format_results([question], [documents])[0], encode,
                                         min(max_obs_tokens, room), notice)
     answer = encode(ANSWER_TURN.format(answer=row["reward_model"]["ground_truth"]["target"][0]))
