@@ -10,7 +10,10 @@ Measured at step 1 only (each measurement is one more pass over the batch); `$VE
 (comma-separated) names other steps. Each becomes JSON lines in `$VERL_SEARCH_TEST_PROBE`: per trajectory its
 TransferQueue key, response
 tokens (mask 1), score, advantage and summed log-probs before/after (actor), or its mean return, mean value
-and value loss `0.5 * mean((value - return)^2)` over mask-1 tokens before/after (critic). Nothing else changes.
+and value loss `0.5 * mean((value - return)^2)` over mask-1 tokens before/after (critic). With verl's rollout
+correction on (`algorithm.rollout_correction.rollout_is`), an actor record also holds, per mask-1 token, the
+trainer's log-prob before the update, the rollout engine's, and the importance weight the loss reads
+(`rollout_is_weights`). Nothing else changes.
 
 Loaded through verl's public hooks only: `VERL_USE_EXTERNAL_MODULES` imports this module (after the
 CPU plugin), `register_trainer` registers the class, `trainer.v1.trainer_mode=PROBE_TRAINER` picks it.
@@ -65,6 +68,9 @@ class ProbeTrainer(PPOTrainerSync):
         if not _measured(self.global_steps):
             return super()._update_actor(batch, metrics)
         fields = ["old_log_probs", "advantages", "rm_scores", "response_mask", "responses"]
+        weighted = self.config.algorithm.get("rollout_correction", {}).get("rollout_is") is not None
+        if weighted:
+            fields += ["rollout_log_probs", "rollout_is_weights"]
         before = _rows(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields), fields)
         batch = super()._update_actor(batch, metrics)
         batch.extra_info.update({"calculate_entropy": False, "compute_loss": False,
@@ -83,6 +89,9 @@ class ProbeTrainer(PPOTrainerSync):
                 "advantage": float(before["advantages"][i][m][0]) if m.any() else 0.0,
                 "log_prob_before": float(before["old_log_probs"][i][m].sum()),
                 "log_prob_after": float(after[i][m].sum()),
+                **({"token_log_probs": before["old_log_probs"][i][m].tolist(),
+                    "token_rollout_log_probs": before["rollout_log_probs"][i][m].tolist(),
+                    "token_is_weights": before["rollout_is_weights"][i][m].tolist()} if weighted else {}),
             })
         _write(records)
         return batch

@@ -11,7 +11,9 @@ where the `[cpu]` extra is installed (README's install, so CI's), else the trans
 * PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
   an update and the resume are the same verl code as GRPO's, checked there).
 * GRPO ReSearch recipe: our `ReSearchAgentLoop` (stop at `</search>`, `<result>` blocks) and ReSearch's reward;
-  2 prompts x 8 samples, 2 steps, on one logical GPU (the recipe's tensor parallel 2 and 4 GPUs are GPU sizes).
+  2 prompts x 8 samples, 2 steps, on one logical GPU (the recipe's tensor parallel 2 and 4 GPUs are GPU sizes);
+  with verl's rollout correction on (token-level truncated importance sampling) at top-p 0.95, where vLLM's
+  reported log-probs (renormalised over the nucleus) and the trainer's differ.
 
 What each test of an update checks comes from the reward: the rows' gold answer is the one the stand-in policy
 can write, our reward (`verl_search.rewards.compute_score`, EM) scores it 1 and everything else 0, and with a
@@ -24,6 +26,9 @@ The behaviours covered here, once per recipe:
   (about 1 on rewarded samples, 0 on the others), and its value loss on the step's batch falls;
 * the rollout engine serves the trainer's weights: the rollout's log-probs equal the trainer's (verl's
   `training/rollout_probs_diff_max`) at every step, after a changing update (GRPO's step 2) and after the resume;
+  at top-p 0.95 (ReSearch's run) the rollout's are the trainer's renormalised over the nucleus, never below them;
+* rollout correction: the importance weights the actor's loss reads are `min(exp(trainer - rollout), 2)` token by
+  token, below 1 where the two log-probs differ, and the `rollout_corr/*` metrics reach the logger;
 * a search ends the model's turn at the closing tag in the engine's own token ids, the observation follows,
   and retrieved tokens are masked out of the trained batch (samples recorded by `recorder.py`);
 * the `search/*` metrics logged at step 1 equal what the agent-loop workers produced for that step (verl's
@@ -49,6 +54,7 @@ from tests.conftest import QWEN_TOKENIZER
 from tests.training.answering_model import fitted_answering_model
 from tests.training.searching_model import QUERY
 from tests.training.main_ppo import RECIPES, train
+from tests.training.probe import PROBE_STEPS_ENV
 from verl_search.training import vllm_cpu
 
 pytestmark = pytest.mark.slow
@@ -61,8 +67,15 @@ FULL_DISTRIBUTION = ("actor_rollout_ref.rollout.top_p=1.0",)
 """The PPO recipe samples with top_p 0.95. vLLM's log-probs (verl's logprobs_mode=processed_logprobs) are
 taken after the top-p filter, renormalised over the nucleus (vllm/v1/sample/ops/topk_topp_sampler.py); the
 trainer's are not: verl's diff would then measure the nucleus, not the engine or the weight sync."""
+IS_THRESHOLD = 2.0
 FILTER_GROUPS = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward")
 """DAPO's group filtering on the score (what the quickstart turns on)."""
+ROLLOUT_CORRECTION = ("actor_rollout_ref.rollout.top_p=0.95", "algorithm.rollout_correction.rollout_is=token",
+                      f"algorithm.rollout_correction.rollout_is_threshold={IS_THRESHOLD}")
+"""verl's truncated importance sampling (docs/training.md, "Rollout correction"), at a top-p where the rollout's
+reported log-probs and the trainer's differ."""
+CORRECTED = {"grpo_research"}
+"""Runs with rollout correction; their actor updates are probed at steps 1 and 2."""
 SETTINGS = {
     "grpo_tool": (2, 8, 2, [  # 2 prompts x 8 samples: one update over 2 groups; validation at step 2
         "data.train_batch_size=2", "actor_rollout_ref.rollout.n=8", "trainer.test_freq=2",
@@ -93,6 +106,7 @@ SETTINGS = {
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2048",
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048",
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048",
+        *ROLLOUT_CORRECTION,
     ]),
 }
 """Test name -> (prompts per step, samples per prompt, steps, overrides)."""
@@ -131,7 +145,10 @@ def run(request, tiny_qwen_hd64, bm25_server, tmp_path_factory):
                                                          unanswerable=UNANSWERABLE.get(request.param, 0))
     url = f"{bm25_server.url}/retrieve"
     started = time.perf_counter()
-    first = train(recipe, model, train_file, val_file, url, out, steps=steps, overrides=[*COMMON, *settings])
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param in CORRECTED:
+            patch.setenv(PROBE_STEPS_ENV, "1,2")
+        first = train(recipe, model, train_file, val_file, url, out, steps=steps, overrides=[*COMMON, *settings])
     wall = time.perf_counter() - started
     print(f"{ENGINE} {request.param}: {steps} step(s) in {wall:.0f} s")
     assert first["code"] == 0, first["log"][-6000:]
@@ -201,9 +218,35 @@ def test_after_a_changing_update_the_rollout_serves_the_trainers_weights(run):
         assert log.count("update_weights done") >= len(steps) + 1, "the initial sync and one per step"
     # the step-1 update changed the actor (the test above); step 2 samples those weights, synced into the engine
     assert metrics[1]["actor/grad_norm"] > 0
+    if run["name"] in CORRECTED:
+        # top-p 0.95: the rollout reports log-probs renormalised over the nucleus (mass <= 1), so on synced weights
+        # they are never below the trainer's: every weight exp(trainer - rollout) is at most 1, at step 2 as well
+        for step in steps:
+            weights = [w for s in step_samples(run, step) for w in s["token_is_weights"]]
+            assert max(weights) <= 1 + ROLLOUT_PROBS_TOLERANCE, (step, max(weights))
+        return
     for step in steps:
         assert metrics[step]["training/rollout_probs_diff_max"] < ROLLOUT_PROBS_TOLERANCE, (
             step, metrics[step]["training/rollout_probs_diff_max"])
+
+
+def test_rollout_correction_weights_the_loss_by_the_rollout_trainer_gap(run):
+    if run["name"] not in CORRECTED:
+        pytest.skip("rollout correction is on in the ReSearch run only")
+    for step in range(1, run["steps"] + 1):
+        samples = step_samples(run, step)
+        trainer = np.concatenate([s["token_log_probs"] for s in samples])
+        rollout = np.concatenate([s["token_rollout_log_probs"] for s in samples])
+        weights = np.concatenate([s["token_is_weights"] for s in samples])
+        assert len(trainer) == len(rollout) == len(weights) > 0
+        # the weights the actor's loss reads are the truncated ratios of the two policies, token by token
+        np.testing.assert_allclose(weights, np.minimum(np.exp(trainer - rollout), IS_THRESHOLD), rtol=1e-4, atol=1e-6)
+        # and they are not all 1: where the rollout's and the trainer's log-probs differ, the loss is reweighted
+        differ = np.abs(trainer - rollout) > 1e-3
+        assert differ.any() and (weights[differ] < 1 - 1e-4).all(), (differ.sum(), weights[differ][:10])
+        metrics = run["metrics"][step]
+        assert metrics["rollout_corr/rollout_is_mean"] < 1, metrics["rollout_corr/rollout_is_mean"]
+        assert metrics["rollout_corr/rollout_is_min"] < 1 - 1e-3 and metrics["rollout_corr/rollout_is_max"] <= 1 + 1e-4
 
 
 def turns_of(record: dict) -> list[tuple[int, list[int]]]:
