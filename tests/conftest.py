@@ -5,8 +5,9 @@ and `tests/assets/` (small QA subsets, the FlashRAG wiki-18 sample and its e5 in
 tokenizer; origins and licences in its README.md). The compressed files are unpacked once into
 `$TMPDIR/verl-search-test-assets-<content hash>/` (`SHARED`), laid out as the offline data bundle
 they come from, so the tests read plain files. `VERL_SEARCH_TEST_CACHE`, if set, keeps the built
-indexes and the fitted stand-in models between runs (the dense build encodes 9,993 passages with MiniLM:
-minutes on 2 cores); `.ci/run` sets it to one fresh folder for its whole run.
+indexes and the fitted stand-in models between runs; `.ci/run` sets it to one fresh folder for its whole run.
+The dense test indexes hold a fixed fifth of the mini corpus (`dense_corpus`: 2,140 of 9,993 passages, the ones
+their tests read), to save CI most of the time MiniLM takes to encode the whole corpus on 2 cores.
 """
 
 from __future__ import annotations
@@ -62,6 +63,17 @@ MINI_CORPUS = SHARED / "data" / "mini_wiki" / "corpus.jsonl"
 MINI_QA = SHARED / "data" / "mini_wiki" / "qa.jsonl"
 FLASHRAG_SAMPLE = SHARED / "data" / "flashrag_sample"
 QWEN_TOKENIZER = SHARED / "tokenizers" / "qwen2.5"
+DENSE_SUBSET_ROWS = REPO / "tests" / "mini_wiki_dense_subset.txt"
+
+
+def dense_subset_rows() -> list[int]:
+    """The mini-corpus rows of `DENSE_SUBSET_ROWS` (its header says how they were chosen), ascending."""
+    rows = []
+    for line in DENSE_SUBSET_ROWS.read_text(encoding="utf-8").splitlines():
+        for item in [] if line.startswith("#") else line.split():
+            first, _, last = item.partition("-")
+            rows.extend(range(int(first), int(last or first) + 1))
+    return rows
 
 
 @pytest.fixture(scope="session")
@@ -93,13 +105,35 @@ def bm25_index(index_root) -> Path:
 
 
 @pytest.fixture(scope="session")
-def dense_index(index_root, minilm_path) -> Path:
-    """A real faiss Flat index over the mini corpus, encoded with MiniLM."""
+def dense_corpus(index_root) -> Path:
+    """The corpus of the dense test indexes: the 2,140 of the mini corpus's 9,993 passages that `DENSE_SUBSET_ROWS`
+    names (lines copied as they are, ids kept, in corpus order), so that CI encodes a fifth of the corpus with
+    MiniLM (the seconds: docs/development.md). They are the passages that the tests over the dense indexes read,
+    among them each mini-wiki question's whole-corpus MiniLM top 5 down to its first gold-title passage, so the
+    gold-title hit@k are the whole corpus's. Written once into the cache, in a folder named by the rows file's
+    hash, where the indexes built over it stay too."""
+    folder = index_root / f"mini_dense_subset_{hashlib.sha256(DENSE_SUBSET_ROWS.read_bytes()).hexdigest()[:12]}"
+    out = folder / "corpus.jsonl"
+    if not out.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        keep = set(dense_subset_rows())
+        with open(MINI_CORPUS, "rb") as source:
+            lines = [line for row, line in enumerate(source) if row in keep]
+        assert len(lines) == len(keep), f"{DENSE_SUBSET_ROWS} names rows past the mini corpus's end"
+        partial = folder / f".corpus.jsonl.{os.getpid()}"
+        partial.write_bytes(b"".join(lines))
+        os.replace(partial, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def dense_index(dense_corpus, minilm_path) -> Path:
+    """A real faiss Flat index over `dense_corpus` (the mini corpus's dense test subset), encoded with MiniLM."""
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
-    out = index_root / "mini_dense_minilm"
+    out = dense_corpus.parent / "dense_minilm"
     if not (out / "manifest.json").is_file():
-        build_index(MINI_CORPUS, out, BuildOptions(retriever="dense", encoder=minilm_path, overwrite=True))
+        build_index(dense_corpus, out, BuildOptions(retriever="dense", encoder=minilm_path, overwrite=True))
     return out
 
 

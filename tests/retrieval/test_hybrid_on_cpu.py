@@ -1,5 +1,5 @@
 """Hybrid retrieval: the fusion functions (hypothesis properties), a real hybrid index folder built by
-`build_index`, and the mini corpus's BM25 + MiniLM indexes fused."""
+`build_index`, and BM25 + MiniLM indexes of the mini corpus's dense test subset (conftest's `dense_corpus`) fused."""
 
 import json
 
@@ -142,7 +142,9 @@ def test_weighted_fusion_and_a_small_candidate_list(tiny_hybrid):
     assert hits[0].score == pytest.approx(1.0)
 
 
-def test_hybrid_over_the_mini_corpus_is_rrf_of_its_halves(bm25_retriever, dense_retriever):
+def test_hybrid_over_the_mini_corpus_is_rrf_of_its_halves(dense_corpus, dense_retriever, tmp_path):
+    build_index(dense_corpus, tmp_path / "bm25", BuildOptions(retriever="bm25"))  # BM25 over the dense index's corpus
+    bm25_retriever = resolve_index(tmp_path / "bm25").load()
     hybrid = HybridRetriever(bm25_retriever, dense_retriever, HybridOptions(fusion_candidates=20))
     queries = ["Lilu mythology masculine Akkadian spirit", "Who directed Inception?", "zzqxjv"]
     sparse, dense = bm25_retriever.search_rows(queries, 20), dense_retriever.search_rows(queries, 20)

@@ -7,7 +7,9 @@
   its hits equal the unsharded index's, scores and ids.
 - `/hybrid`: a hybrid index (BM25 + MiniLM) whose dense half is 2 shards: 2 shard deployments + a front that
   fuses BM25 with the shards' merged top-k; its hits equal the unsharded hybrid index's.
-- The apps answer `POST /access` (page access) as the plain server does.
+- The apps answer `POST /access` (page access) as the plain server over the whole mini corpus does (the dense
+  and hybrid apps serve conftest's `dense_corpus`, the mini corpus's dense test subset, which holds the
+  passages asked for).
 - `/`: `serve --ray` run as a command, joining this Ray instance by its address (`--no-page-access`: no
   `/access` route).
 """
@@ -33,17 +35,17 @@ from verl_search.retrieval.index_builder import BuildOptions, build_index  # noq
 from verl_search.server.serve import RayOptions, ServeOptions  # noqa: E402
 from verl_search.server.settings import ServerSettings  # noqa: E402
 from verl_search.tools.local_server import free_port  # noqa: E402
-from tests.conftest import MINI_CORPUS, MINI_QA  # noqa: E402
+from tests.conftest import MINI_QA  # noqa: E402
 
 QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]
 
 
 @pytest.fixture(scope="module")
-def sharded_index(index_root, dense_index, minilm_path):
-    """The mini dense index split into 2 Flat shards (`index build --shards 2 --from-faiss`)."""
-    out = index_root / "mini_dense_2shards"
-    build_index(MINI_CORPUS, out, BuildOptions(retriever="dense", encoder=minilm_path, shards=2,
-                                               from_faiss=str(dense_index), overwrite=True))
+def sharded_index(dense_corpus, dense_index, minilm_path):
+    """Conftest's `dense_index` split into 2 Flat shards (`index build --shards 2 --from-faiss`)."""
+    out = dense_corpus.parent / "dense_2shards"
+    build_index(dense_corpus, out, BuildOptions(retriever="dense", encoder=minilm_path, shards=2,
+                                                from_faiss=str(dense_index), overwrite=True))
     return out
 
 
