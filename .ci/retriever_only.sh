@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The retrieval service on the base install alone: build a BM25 index, serve it, answer a /retrieve.
+# The retrieval service on the base install alone: build a BM25 index, check it, serve it, answer a /retrieve.
 # verl and torch must be absent, and a verl-side command must exit 2 naming the pip line.
 # Usage: retriever_only.sh VENV CORPUS   (a JSONL file, or a shipped corpus by name: mini-wiki)
 set -euo pipefail
@@ -15,6 +15,9 @@ for module in verl torch; do
 done
 "$cli" --version
 "$cli" index build --corpus "$corpus" --out "$tmp/bm25" --retriever bm25 2>"$tmp/build.log" || { cat "$tmp/build.log"; exit 1; }
+# index check on the base install: gold-title hit@k of the index on the shipped questions
+"$cli" index check "$tmp/bm25" --questions mini-wiki:test >"$tmp/check.md" 2>"$tmp/check.log" || { cat "$tmp/check.log"; exit 1; }
+grep -q "^| bm25 | " "$tmp/check.md" || { echo "retriever-only: index check printed no bm25 row" >&2; cat "$tmp/check.md"; exit 1; }
 port=$("$py" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 "$cli" serve --index "$tmp/bm25" --port "$port" --log-level warning 2>"$tmp/serve.log" &
 server=$!

@@ -138,6 +138,20 @@ def dense_index(dense_corpus, minilm_path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def hybrid_index(dense_corpus, dense_index, minilm_path):
+    """A real hybrid index of conftest's `dense_corpus` (the mini corpus's dense test subset; `build_index
+    --retriever hybrid`: BM25 + MiniLM under one manifest), its vectors taken from conftest's `dense_index` with
+    `--from-faiss`; built once per cache."""
+    from verl_search.retrieval.index_builder import BuildOptions, build_index
+
+    out = dense_corpus.parent / "hybrid_minilm"
+    if not (out / "manifest.json").is_file():
+        build_index(dense_corpus, out, BuildOptions(retriever="hybrid", encoder=minilm_path,
+                                                    from_faiss=str(dense_index), overwrite=True))
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_cross_encoder(tmp_path_factory, minilm_path) -> Path:
     """A sentence-transformers CrossEncoder folder: a random BERT (2 layers, hidden 32, one label, identity
     activation, as ms-marco cross-encoders) with the real MiniLM tokenizer. No cross-encoder weights can be

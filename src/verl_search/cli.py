@@ -1,6 +1,6 @@
-"""`verl-search` command line: `index build`, `serve`, `eval`, `train`, `check-config`, `preprocess`, `download`, `config-path`.
+"""`verl-search` command line: `index build`, `index check`, `serve`, `eval`, `train`, `check-config`, `preprocess`, `download`, `config-path`.
 
-`index build` and `serve` run on the base install; `eval`, `check-config` and `preprocess` need the `[verl]`
+`index build`, `index check` and `serve` run on the base install; `eval`, `check-config` and `preprocess` need the `[verl]`
 extra and exit 2 with the `pip install` line when it is missing (see `verl_search.runtime.extras`).
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
@@ -35,6 +35,18 @@ def _add_index_build_arguments(build) -> None:
                        "per line, or a shipped corpus by name: mini-wiki")
     build.add_argument("--out", required=True, help="output index folder (appears only when complete)")
     add_arguments(build, BuildOptions)
+
+
+def _add_index_check_arguments(check) -> None:
+    from verl_search.eval.index_check import IndexCheckOptions
+    from verl_search.retrieval.hybrid import HybridOptions
+    from verl_search.runtime.options import add_arguments
+
+    check.add_argument("index", help="index folder (or a Search-R1 faiss file with --corpus and --encoder)")
+    check.add_argument("--corpus", help="the JSONL corpus (default: the manifest's)")
+    check.add_argument("--encoder", help="the encoder folder (default: the manifest's)")
+    add_arguments(check, IndexCheckOptions)
+    add_arguments(check.add_argument_group("hybrid index: fusion, as serve takes it (HybridOptions)"), HybridOptions)
 
 
 def _add_serve_arguments(serve) -> None:
@@ -157,8 +169,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="build retrieval indexes")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     build = index_sub.add_parser("build", help="build a BM25 or dense index folder from a JSONL corpus")
+    check = index_sub.add_parser("check", help="gold-title hit@k of an index on a question set; for a hybrid "
+                                 "index, warns where fusion costs recall against its better half")
     if command in (None, "index"):
         _add_index_build_arguments(build)
+        _add_index_check_arguments(check)
     for name, (help_text, add_arguments) in SUBCOMMANDS.items():
         subparser = sub.add_parser(name, help=help_text)
         if command in (None, name):
@@ -248,6 +263,17 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index_check(args: argparse.Namespace) -> int:
+    from verl_search.eval.index_check import IndexCheckOptions, check_index
+    from verl_search.retrieval.hybrid import HybridOptions
+    from verl_search.runtime.options import build
+
+    result = check_index(args.index, build(IndexCheckOptions, args), build(HybridOptions, args),
+                         corpus=args.corpus, encoder=args.encoder)
+    print(result.table())  # the command's output; each loss is a logged warning
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from verl_search.server.command import serve_from_args
 
@@ -256,6 +282,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     ("index", "build"): cmd_index_build,
+    ("index", "check"): cmd_index_check,
     ("serve", None): cmd_serve,
     ("eval", None): cmd_eval,
     ("check-config", None): cmd_check_config,

@@ -6,20 +6,6 @@ from tests.conftest import MINI_CORPUS
 
 
 @pytest.fixture(scope="session")
-def hybrid_index(dense_corpus, dense_index, minilm_path):
-    """A real hybrid index of conftest's `dense_corpus` (the mini corpus's dense test subset; `build_index
-    --retriever hybrid`: BM25 + MiniLM under one manifest), its vectors taken from conftest's `dense_index` with
-    `--from-faiss`; built once per cache."""
-    from verl_search.retrieval.index_builder import BuildOptions, build_index
-
-    out = dense_corpus.parent / "hybrid_minilm"
-    if not (out / "manifest.json").is_file():
-        build_index(dense_corpus, out, BuildOptions(retriever="hybrid", encoder=minilm_path,
-                                                    from_faiss=str(dense_index), overwrite=True))
-    return out
-
-
-@pytest.fixture(scope="session")
 def sharded_hybrid_index(dense_corpus, dense_index, minilm_path):
     """`hybrid_index` with its dense half split into 2 Flat shards (`index build --retriever hybrid --shards 2`)."""
     from verl_search.retrieval.index_builder import BuildOptions, build_index
