@@ -1,7 +1,7 @@
-"""`verl-search` command line: `index build`, `index check`, `serve`, `eval`, `train`, `check-config`, `preprocess`, `download`, `config-path`.
+"""`verl-search` command line: `index build|check`, `serve`, `eval`, `train`, `check-config`, `preprocess`, ...
 
-`index build`, `index check` and `serve` run on the base install; `eval`, `check-config` and `preprocess` need the `[verl]`
-extra and exit 2 with the `pip install` line when it is missing (see `verl_search.runtime.extras`).
+`index build`, `index check` and `serve` run on the base install; `eval`, `check-config` and `preprocess` need the
+`[verl]` extra and exit 2 with the `pip install` line when it is missing (see `verl_search.runtime.extras`).
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
 errors (bad paths, mismatched index) into a one-line message and exit code 2.
@@ -166,7 +166,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl-search", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    index = sub.add_parser("index", help="build retrieval indexes")
+    index = sub.add_parser("index", help="build and check retrieval indexes")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     build = index_sub.add_parser("build", help="build a BM25 or dense index folder from a JSONL corpus")
     check = index_sub.add_parser("check", help="gold-title hit@k of an index on a question set; for a hybrid "

@@ -3,11 +3,12 @@
 Hybrid retrieval pays only where BM25 and the dense encoder find different gold passages. Where one of them is
 far ahead, every passage the other promotes into the top k risks one the better one had: on the shipped
 `mini-wiki` questions BM25 finds the gold title of 2wiki questions in the top 5 for 0.956 of them and MiniLM for
-0.695, and `serve`'s default fusion (RRF, k 60) finds it for 0.863 (docs/benchmarks/hybrid.md). Whether a corpus, encoder and fusion suit each other is measured, not guessed: this
-check answers a question set with gold titles through the index (for a hybrid index: its BM25 half, its dense
-half, and the fusion as `serve` would run it with the given `HybridOptions`), reports gold-title hit@k per source
-(`eval.retrieval_quality.gold_title_recall`), and warns for each source where the hybrid's hit@k is more than
-`tolerance` below the better half's, naming the half to serve instead (`serve --retriever bm25|dense`).
+0.695, and `serve`'s default fusion (RRF, k 60) finds it for 0.863 (docs/benchmarks/hybrid.md). Whether a corpus,
+encoder and fusion suit each other is measured, not guessed: this check answers a question set with gold titles
+through the index (for a hybrid index: its BM25 half, its dense half, and the fusion as `serve` would run it with
+the given `HybridOptions`), reports gold-title hit@k per source (`eval.retrieval_quality.gold_title_recall`), and
+warns for each source where the hybrid's hit@k is more than `tolerance` below the better half's, naming the half
+to serve instead (`serve --retriever bm25|dense`).
 """
 
 from __future__ import annotations
