@@ -1,6 +1,6 @@
 """The report's "Why GRPO moved / did not move" section (`verl_search.quickstart.grpo_signal`): the
 groups, zero-advantage groups, responses and loss tokens with a non-zero advantage per GRPO step,
-on hand-written rows and on the default run's exported files (docs/quickstart_run: verl's metrics
+on hand-written rows and on the default run's exported files (docs/runs/quickstart_run: verl's metrics
 file and rollout dump of a real run), and the report re-rendered from those files without training."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from verl_search.quickstart.grpo_signal import (
 from verl_search.quickstart.progress import logged_steps
 from verl_search.quickstart.report import rerender_report
 
-RUN = Path(__file__).resolve().parents[2] / "docs" / "quickstart_run"
+RUN = Path(__file__).resolve().parents[2] / "docs" / "runs" / "quickstart_run"
 OBS = "<information>Doc 1(Title: x) many words of a passage</information>"
 
 
@@ -71,7 +71,7 @@ def test_bad_rows_are_refused_with_the_reason():
 
 def test_the_exported_runs_rollouts_agree_with_its_logged_advantages():
     steps, rollouts = logged_steps(RUN / "grpo" / "metrics.jsonl"), read_rollouts(RUN / "grpo" / "rollouts")
-    assert rollouts, "docs/quickstart_run keeps the last GRPO step's rollouts"
+    assert rollouts, "docs/runs/quickstart_run keeps the last GRPO step's rollouts"
     for step, rows in rollouts.items():
         s = rollout_signal(rows)
         logged = steps[step]
