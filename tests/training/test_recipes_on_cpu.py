@@ -330,13 +330,17 @@ def test_groups_without_signal_are_refilled_not_trained_on(run):
         evicted += filtered
     # the unanswerable rows were drawn within the first epoch (4 rows, 2 steps), and filtered out
     assert evicted >= 1, {step: sorted(values) for step, values in metrics.items()}
-    # the trajectories of a filtered group were generated at step 1, scored alike, and never trained on
+    # the groups filtered out at step 1 were generated then, scored alike, and never trained on: among the groups
+    # generated at step 1 and not trained at step 1, at least as many scored alike as were evicted (verl's sync
+    # refill asks 2 fresh prompts per evicted group, so informative surplus groups may wait in the buffer too)
     trained = {s["key"] for s in step_samples(run)}
     untrained: dict[str, list[float]] = {}
     for record in run["records"]:
         if record["global_steps"] == 1 and record["key"] not in trained:
             untrained.setdefault(record["key"].split("_")[0], []).append(record["reward_score"])
-    assert all(len(set(scores)) == 1 for scores in untrained.values()), untrained
+    alike = sum(1 for scores in untrained.values() if len(set(scores)) == 1)
+    evicted_at_1 = metrics[1].get("training/filter_groups/evicted_samples", 0)  # groups (verl counts uids)
+    assert alike >= evicted_at_1, (alike, evicted_at_1, untrained)
 
 
 def test_a_step_without_signal_stops_before_any_update(tiny_qwen_hd64, bm25_server, tmp_path):
