@@ -6,6 +6,7 @@ the row says why."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -38,6 +39,7 @@ SHARED = {"megatron": "ppo", "qwen3": "tool"}
 """Recipes whose reference cells are another recipe's (the same reference script)."""
 
 
+@functools.cache
 def facts(recipe: str) -> dict:
     return yaml.safe_load((REFERENCES / f"{FACTS[recipe]}.yaml").read_text())["settings"]
 

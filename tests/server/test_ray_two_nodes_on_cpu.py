@@ -42,6 +42,7 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 from tests.conftest import MINI_QA  # noqa: E402
+from verl_search.server.health import wait_until_ready  # noqa: E402
 from verl_search.tools import client  # noqa: E402
 from verl_search.tools.local_server import free_port  # noqa: E402
 
@@ -64,10 +65,11 @@ def ray_node(temp_dir: Path, env: dict, *args: str) -> subprocess.Popen:
 
 
 def alive_nodes(address: str, env: dict) -> int:
-    """Nodes Ray counts alive, asked from a separate driver (this process stays out of the cluster)."""
+    """Nodes Ray counts alive, asked from a separate driver (this process stays out of the cluster); 0 while no
+    head answers at `address`."""
     code = f"import ray; ray.init(address='{address}'); print(sum(n['Alive'] for n in ray.nodes()))"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    return int(result.stdout.strip().splitlines()[-1])
+    return int(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else 0
 
 
 def health(port: int) -> dict:
@@ -112,9 +114,7 @@ def two_nodes(bm25_index):
     server = None
     try:
         address = f"127.0.0.1:{head_port}"
-        wait_for(lambda: subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}')"],
-                                        env=base, capture_output=True, timeout=60).returncode == 0,
-                 90, "the head node")
+        wait_for(lambda: alive_nodes(address, base) == 1, 90, "the head node")
         second = ray_node(temp_dir, {**base, "RAY_SERVE_WORKER_PROXY_HTTP_PORT": str(port_b)},
                           "--address", address, "--num-cpus", "2")
         processes.append(second)
@@ -123,7 +123,7 @@ def two_nodes(bm25_index):
         server = subprocess.Popen(command, env=base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         wait_for(lambda: health(port_a)["replicas"] == {"retriever": 2}, 240, "serve --ray with 2 replicas")
-        wait_for(lambda: health(port_b)["status"] == "ready", 120, "the second node's proxy")
+        wait_until_ready(f"http://127.0.0.1:{port_b}", timeout=120)  # the second node's proxy
         wait_for(lambda: alive_nodes(address, base) == 2, 60, "two alive nodes")
         yield {"head": port_a, "second": port_b, "second_node": second, "address": address, "env": base}
     finally:
