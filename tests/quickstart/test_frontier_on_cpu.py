@@ -87,3 +87,54 @@ def test_the_report_has_the_probe_section_when_both_probes_ran(tmp_path):
     assert report["probe"]["score"]["before"] == 0.25 and report["probe"]["score"]["after"] == 0.75
     assert "## Sampled reward on the frontier probe set" in (tmp_path / "report.md").read_text()
     assert write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes={})["probe"] is None
+
+
+def test_control_is_the_same_grpo_run_on_permuted_scores_in_one_command(tmp_path, monkeypatch, tiny_qwen):
+    """`--control`: after GRPO, the same run with permuted scores, evaluated and probed like GRPO. The trainer is
+    not started here (`run_grpo` is replaced by a recorder; the training runs are tests/training's): what is
+    checked is that both stages hand it the same overrides but for the permutation and the folder."""
+    from verl_search.quickstart import grpo as grpo_module
+    from verl_search.quickstart.pipeline import Quickstart
+
+    options = QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_questions=40, control=True)
+    stages = {s.name: s for s in Quickstart(options).stages()}
+    (tmp_path / "cold_start").mkdir()
+    (tmp_path / "cold_start" / "hf").symlink_to(tiny_qwen)  # both runs start from the cold-start model
+    assert list(stages)[-6:] == ["grpo", "eval_grpo", "probe_grpo", "grpo_control", "eval_grpo_control",
+                                 "probe_grpo_control"]
+    assert stages["grpo_control"].needs == stages["grpo"].needs
+    assert set(stages["grpo_control"].keys) == {*stages["grpo"].keys, "control"}
+    calls = {}
+    monkeypatch.setattr(grpo_module, "run_grpo", lambda recipe, index, overrides, out, steps: calls.update(
+        {out.name: [o.replace(str(out), "RUN") for o in overrides]}))
+    stages["grpo"].run()
+    stages["grpo_control"].run()
+    added = set(calls["grpo_control"]) - set(calls["grpo"])
+    assert {o.split("=")[0] for o in added} == {"+trainer.v1.sampler.sampler_kwargs.permute_scores",
+                                               "+trainer.v1.sampler.sampler_kwargs.permute_seed"}, added
+    assert set(calls["grpo"]) - set(calls["grpo_control"]) == set()
+    with pytest.raises(ValueError, match="--control .*--permuted-reward"):
+        QuickstartOptions(control=True, permuted_reward=True)
+    with pytest.raises(ValueError, match="--control .*--grpo-steps"):
+        QuickstartOptions(control=True, grpo_steps=0)
+
+
+def test_the_report_compares_the_control_with_the_start_model(tmp_path):
+    from verl_search.quickstart.report import write_report
+
+    record = lambda qid, em: {"id": qid, "data_source": "2wiki", "question": "Who?", "golden_answers": ["a"],  # noqa: E731
+                              "prediction": "a" if em else "b", "em": em, "f1": em, "cover_em": em, "score": em,
+                              "num_searches": 1, "answered": True, "failed_searches": 0, "generated_tokens": 5}
+    models = {"cold_start": [record(f"2wiki/{i}", 0.0) for i in range(4)],
+              "grpo": [record(f"2wiki/{i}", float(i < 3)) for i in range(4)],
+              "grpo_control": [record(f"2wiki/{i}", float(i < 1)) for i in range(4)]}
+    probes = {"cold_start": [record(f"2wiki/1#{k}", float(k == 0)) for k in range(4)],
+              "grpo": [record(f"2wiki/1#{k}", float(k < 3)) for k in range(4)],
+              "grpo_control": [record(f"2wiki/1#{k}", float(k < 2)) for k in range(4)]}
+    report = write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes=probes)
+    pairs = {key.rsplit(":", 1)[0] for key in report["comparisons"]}
+    assert pairs == {"cold_start -> grpo", "cold_start -> grpo_control"}, pairs
+    assert report["comparisons"]["cold_start -> grpo_control: em"]["mean_diff"] == 0.25
+    assert report["probe"]["score"]["after"] == 0.75 and report["probe_control"]["score"]["after"] == 0.5
+    text = (tmp_path / "report.md").read_text()
+    assert "| grpo_control | all | 4 |" in text and "The control: the same GRPO run" in text

@@ -9,7 +9,8 @@ to the batch it was computed on, with verl's own computations.
 Measured at step 1 only (each measurement is one more pass over the batch); `$VERL_SEARCH_TEST_PROBE_STEPS`
 (comma-separated) names other steps. Each becomes JSON lines in `$VERL_SEARCH_TEST_PROBE`: per trajectory its
 TransferQueue key, response
-tokens (mask 1), score, advantage and summed log-probs before/after (actor), or its mean return, mean value
+tokens (mask 1), score, advantage, summed log-probs before/after over all mask-1 tokens and over the last turn's
+(the mask-1 tokens after the last observation; the whole response when it has none) (actor), or its mean return, mean value
 and value loss `0.5 * mean((value - return)^2)` over mask-1 tokens before/after (critic). With verl's rollout
 correction on (`algorithm.rollout_correction.rollout_is`), an actor record also holds, per mask-1 token, the
 trainer's log-prob before the update, the rollout engine's, and the importance weight the loss reads
@@ -42,6 +43,18 @@ def _measured(step: int) -> bool:
 def _rows(data, fields) -> dict[str, list[torch.Tensor]]:
     """Per field, one tensor per trajectory (TransferQueue hands back jagged nested tensors)."""
     return {field: list(data[field].unbind()) if data[field].is_nested else list(data[field]) for field in fields}
+
+
+def _last_turn(mask: torch.Tensor) -> torch.Tensor:
+    """Boolean mask of the last run of mask-1 tokens in a response mask: the model's last turn, after the last
+    observation (mask 0) the agent loop put between its turns."""
+    positions = mask.nonzero().flatten()
+    last = torch.zeros_like(mask, dtype=torch.bool)
+    if len(positions):
+        gaps = (positions[1:] - positions[:-1] > 1).nonzero().flatten()
+        start = int(positions[int(gaps[-1]) + 1]) if len(gaps) else int(positions[0])
+        last[start:] = mask[start:].bool()
+    return last
 
 
 def _write(records: list[dict]) -> None:
@@ -82,6 +95,7 @@ class ProbeTrainer(PPOTrainerSync):
         records = []
         for i, key in enumerate(batch.keys):
             m = before["response_mask"][i].bool()
+            turn = _last_turn(m)
             records.append({
                 "kind": "actor", "step": self.global_steps, "key": key,
                 "response": before["responses"][i][m].tolist(),
@@ -89,6 +103,8 @@ class ProbeTrainer(PPOTrainerSync):
                 "advantage": float(before["advantages"][i][m][0]) if m.any() else 0.0,
                 "log_prob_before": float(before["old_log_probs"][i][m].sum()),
                 "log_prob_after": float(after[i][m].sum()),
+                "last_turn_log_prob_before": float(before["old_log_probs"][i][turn].sum()),
+                "last_turn_log_prob_after": float(after[i][turn].sum()),
                 **({"token_log_probs": before["old_log_probs"][i][m].tolist(),
                     "token_rollout_log_probs": before["rollout_log_probs"][i][m].tolist(),
                     "token_is_weights": before["rollout_is_weights"][i][m].tolist()} if weighted else {}),
@@ -110,6 +126,7 @@ class ProbeTrainer(PPOTrainerSync):
 
         def loss(values: torch.Tensor, i: int) -> float:
             m = before["response_mask"][i].bool()
+            turn = _last_turn(m)
             return float(0.5 * ((values[m] - before["returns"][i][m]) ** 2).mean())
 
         def mean(values: torch.Tensor, i: int) -> float:

@@ -21,9 +21,10 @@ constant reward (`VERL_SEARCH_TEST_REWARD=constant`, `main_ppo.py`) those tests 
 The behaviours covered here, once per recipe:
 
 * an update moves the policy toward the reward: after step 1's update, verl's `compute_log_prob` on the step's
-  own batch gives rewarded samples a higher and unrewarded ones a lower log-probability on average, and the
-  objective the update ascends went up (`probe.py`); PPO: the critic is fitted to returns that carry the reward
-  (about 1 on rewarded samples, 0 on the others), and its value loss on the step's batch falls;
+  own batch gives the last turn (the answer) of rewarded samples a higher and of unrewarded ones a lower
+  log-probability on average, and the objective the update ascends went up (`probe.py`); PPO: the critic is
+  fitted to returns that carry the reward (about 1 on rewarded samples, 0 on the others), and its value loss on
+  the step's batch falls;
 * the rollout engine serves the trainer's weights: the rollout's log-probs equal the trainer's (verl's
   `training/rollout_probs_diff_max`) at every step, after a changing update (GRPO's step 2) and after the resume;
   at top-p 0.95 (ReSearch's run) the rollout's are the trainer's renormalised over the nucleus, never below them;
@@ -176,9 +177,14 @@ def test_the_update_raises_rewarded_and_lowers_unrewarded_log_probs(run):
     # a constant reward leaves one of the two empty: nothing to learn from
     assert rewarded and unrewarded, [s["score"] for s in samples]
     change = lambda group: [s["log_prob_after"] - s["log_prob_before"] for s in group]  # noqa: E731
-    # on average the rewarded answers gained and the unrewarded lost; a single sample may move against its own
-    # sign by a few thousandths when it shares tokens with samples of the other sign
-    assert np.mean(change(rewarded)) > 0 > np.mean(change(unrewarded)), (change(rewarded), change(unrewarded))
+    last_turn = lambda group: [  # noqa: E731
+        s["last_turn_log_prob_after"] - s["last_turn_log_prob_before"] for s in group]
+    # on average the rewarded answers gained and the unrewarded lost, measured on the model's last turn (the answer;
+    # the whole response when it did not search). Whole responses need not: tokens that rewarded and unrewarded
+    # samples share (a search) can fall in both (in one CI run the rewarded samples' whole responses lost 0.12 on
+    # average, one of them 1.28)
+    assert np.mean(last_turn(rewarded)) > 0 > np.mean(last_turn(unrewarded)), (
+        last_turn(rewarded), last_turn(unrewarded))
     if run["name"].startswith("grpo"):
         # GRPO's advantage is one number per sample: the objective the update ascends, sum of advantage x change
         # in log-probability, went up; groups whose samples all scored alike have advantage 0

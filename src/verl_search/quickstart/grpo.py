@@ -171,7 +171,7 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
 
     env = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
            "RAY_DEDUP_LOGS": "0"}
-    code = run_logged(command, env, log, metrics, steps, "grpo")
+    code = run_logged(command, env, log, metrics, steps, out.name)
     checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
     if code != 0 or not checkpoint.is_dir():
         raise RuntimeError(f"GRPO training failed (exit {code}, no {checkpoint}); its output is in {log}")

@@ -48,6 +48,9 @@ class QuickstartOptions:
         permuted_reward: the control run: GRPO's scores shuffled among each step's trajectories
             (`verl_search.training.replay_buffer`), everything else the same; compare with the same run
             without it.
+        control: run both in one command: after GRPO, the same GRPO run with `permuted_reward` (stage
+            `grpo_control`: same start model, questions, seed and steps), evaluated (and probed) like GRPO;
+            the report compares each with the start model. Excludes `permuted_reward`.
         protocol: `search_r1` (default) or `research` (docs/protocols.md): the rows' prompt, the cold
             start's trajectories, the agent loop and the reward (ReSearch's for `research`, which `reward`
             does not change).
@@ -89,6 +92,8 @@ class QuickstartOptions:
     frontier_samples: int = field(default=8, metadata=_help("rollouts per frontier and probe question"))
     permuted_reward: bool = field(default=False, metadata=_help(
         "the control: GRPO trains on its scores shuffled among each step's trajectories"))
+    control: bool = field(default=False, metadata=_help(
+        "also train the control (the same GRPO run on scores shuffled within each step) and compare both"))
     max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
     topk: int = field(default=3, metadata=_help("passages per search (train and eval)"))
     max_tokens_per_turn: int = field(default=64, metadata=_help("tokens per model turn (train and eval)"))
@@ -116,6 +121,9 @@ class QuickstartOptions:
         for name in ("sft_examples", "grpo_steps", "max_turns", "max_gen_batches", "frontier_questions"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 0")
+        if self.control and (self.permuted_reward or not self.grpo_steps):
+            raise ValueError(f"--control trains GRPO and its permuted-reward control; it needs --grpo-steps >= 1 "
+                             f"(got {self.grpo_steps}) and no --permuted-reward (got {self.permuted_reward})")
         if self.group_size < 2 and self.grpo_steps:
             raise ValueError(f"--group-size={self.group_size}: GRPO needs at least 2 rollouts per question")
 

