@@ -2,7 +2,8 @@
 
 `add_data_arguments` adds `--corpus`, `--qa`, `--index-root` and `--encoder`; `index_folder` builds
 (once, under `--index-root`) and returns the mini BM25, dense (MiniLM) or hybrid index. Imported by
-`bench_retrieval_server.py`, `bench_ray_serve.py`, `bench_search_tool.py`, `bench_hybrid_quality.py`
+`bench_retrieval_server.py`, `bench_ray_serve.py`, `bench_search_tool.py`, `bench_hybrid_quality.py`,
+`bench_one_client_peer.py`
 (run them as `python benchmarks/NAME.py`, so this folder is on the import path).
 """
 
