@@ -10,7 +10,7 @@ Servers, all up at once on the same dense index (all-MiniLM-L6-v2, faiss Flat ov
 
 They take turns: `--rounds` rounds of `wrk` with 1 connection for `--seconds` each, the order reversed every
 other round, single-query bodies of the real questions of the mini QA set cycling (`bench_retrieval_server.LUA`),
-with `return_scores` true as Search-R1's trainer sends them (`write_scored_bodies`).
+with `return_scores` true as Search-R1's trainer sends them (`write_bodies(..., return_scores=True)`).
 Printed per server: every round's queries/s and p50, the median round, and the ratio of each median to
 Search-R1's. Then each server's gold-title hit@5 over the first `--hit-questions` questions, asked over HTTP
 (`topk` 5, 32 questions a request): equal results show the servers answer the same passages.
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import importlib.util
-import json
 import shutil
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
-from bench_retrieval_server import LUA, run_wrk
+from bench_retrieval_server import LUA, run_wrk, write_bodies
 from verl_search.datasets import read_questions, resolve_corpus
 from verl_search.eval.retrieval_quality import gold_title_recall, load_qa_with_titles
 from verl_search.retrieval.base import Hit, Passage
@@ -92,18 +91,6 @@ class HttpRetriever:
                 for hits in result]
 
 
-def write_scored_bodies(folder: Path, questions: list[str], count: int = 4000) -> Path:
-    """`count` single-query request bodies of the questions in file order, `topk` 3, `return_scores` true: what
-    Search-R1's trainer posts (`search_r1/llm_agent/generation.py`); their server answers 500 without
-    `return_scores` (its `retrieve_endpoint` indexes the scores it did not compute)."""
-    path = folder / "bodies_scored.jsonl"
-    with open(path, "w", encoding="utf-8") as handle:
-        for n in range(count):
-            handle.write(json.dumps({"queries": [questions[n % len(questions)]], "topk": 3, "return_scores": True})
-                         + "\n")
-    return path
-
-
 def plain_corpus(corpus: Path, folder: Path) -> Path:
     """The corpus as a plain JSONL file (their loader reads it with `datasets`; ours reads either)."""
     if corpus.suffix != ".gz":
@@ -138,7 +125,9 @@ def main() -> None:
     questions = [row["question"] for row in read_questions(args.qa)]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        bodies = write_scored_bodies(folder, questions)
+        # what Search-R1's trainer posts (search_r1/llm_agent/generation.py): its server answers 500 without
+        # return_scores (its retrieve_endpoint indexes the scores it did not compute)
+        bodies = write_bodies(folder, questions, 1, return_scores=True)
         lua = folder / "cycle.lua"
         lua.write_text(LUA)
         servers = {}
@@ -154,8 +143,8 @@ def main() -> None:
                 order = list(servers) if number % 2 == 0 else list(reversed(servers))
                 for name in order:
                     rounds[name].append(run_wrk(servers[name].url, lua, bodies, 1, args.seconds))
-            hits = {name: gold_title_recall(HttpRetriever(server.url), load_qa_with_titles(args.qa)[:args.hit_questions],
-                                            ks=(5,), batch_size=32)["all"]["hit@5"]
+            titled = load_qa_with_titles(args.qa)[:args.hit_questions]
+            hits = {name: gold_title_recall(HttpRetriever(server.url), titled, ks=(5,), batch_size=32)["all"]["hit@5"]
                     for name, server in servers.items()}
         finally:
             for server in servers.values():

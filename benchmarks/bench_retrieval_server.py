@@ -93,8 +93,10 @@ end
 """
 
 
-def write_bodies(folder: Path, questions: list[str], per_request: int, count: int = 4000) -> Path:
-    """A file of `count` JSON request bodies (one a line) of `per_request` real questions each, topk 3.
+def write_bodies(folder: Path, questions: list[str], per_request: int, count: int = 4000,
+                 return_scores: bool = False) -> Path:
+    """A file of `count` JSON request bodies (one a line) of `per_request` real questions each, topk 3, and
+    `return_scores: true` with `return_scores` (what Search-R1's trainer sends; its own server needs it).
 
     Body `n` holds questions `n * per_request` onwards, in file order (wrapping around), so every level
     asks the same questions in the same order, and bodies in flight together hold distinct questions
@@ -102,11 +104,12 @@ def write_bodies(folder: Path, questions: list[str], per_request: int, count: in
     of the 1,558 mini-wiki questions share about 7% of their queries, which the batcher searches once
     per batch (`duplicates` in `/health`), and that level would do less work per query than the others.
     """
-    path = folder / f"bodies_{per_request}.jsonl"
+    path = folder / f"bodies_{per_request}{'_scored' if return_scores else ''}.jsonl"
+    extra = {"return_scores": True} if return_scores else {}
     with open(path, "w", encoding="utf-8") as handle:
         for n in range(count):
             queries = [questions[(n * per_request + i) % len(questions)] for i in range(per_request)]
-            handle.write(json.dumps({"queries": queries, "topk": 3}) + "\n")
+            handle.write(json.dumps({"queries": queries, "topk": 3, **extra}) + "\n")
     return path
 
 
