@@ -103,7 +103,7 @@ def bench_transformers(folder: str, ids: list[list[int]], max_tokens: int) -> di
 def bench_vllm(folder: str, ids: list[list[int]], max_tokens: int, name: str) -> dict:
     from vllm import LLM, SamplingParams
 
-    from verl_search.training.vllm_cpu import cpu_rollout_env
+    from verl_search.cpu.vllm_cpu import cpu_rollout_env
 
     os.environ.update(cpu_rollout_env())
     dtype, eager = VLLM_CONFIGS[name]
@@ -226,7 +226,7 @@ def logprob_one(folder: str, ids: list[list[int]], config: str) -> dict:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process (for `torch-linear`)
     from vllm import LLM, SamplingParams
 
-    from verl_search.training.vllm_cpu import cpu_rollout_env
+    from verl_search.cpu.vllm_cpu import cpu_rollout_env
 
     os.environ.update(cpu_rollout_env())
     if config == "torch-linear":
@@ -318,7 +318,7 @@ def grpo_part(args, folder: str) -> None:
     from verl_search.quickstart.options import QuickstartOptions, protocol_options
     from verl_search.quickstart.progress import logged_steps
     from verl_search.retrieval.index_builder import BuildOptions, build_index
-    from verl_search.training import vllm_cpu
+    from verl_search.cpu import vllm_cpu
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_cpu_engine_"))
     index = work / "index"

@@ -23,7 +23,7 @@ from bench_data import add_data_arguments, index_folder  # this folder: run as p
 from bench_retrieval_server import LUA, run_wrk, wait_until_idle
 
 from verl_search.datasets import read_questions
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 ROUTES = {"/retrieve": lambda q: {"queries": [q], "topk": 5}, "/batch_search": lambda q: {"query": [q], "top_n": 5}}
 

@@ -32,7 +32,7 @@ from verl_search.datasets import read_questions, resolve_corpus
 from verl_search.retrieval.base import Hit
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.server.app import create_app
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 
 class InstantRetriever:

@@ -42,7 +42,7 @@ from bench_retrieval_server import LUA, run_wrk, write_bodies
 from verl_search.datasets import read_questions, resolve_corpus
 from verl_search.eval.retrieval_quality import gold_title_recall, load_qa_with_titles
 from verl_search.retrieval.base import Hit, Passage
-from verl_search.tools.local_server import SubprocessServer, free_port
+from verl_search.server.local import SubprocessServer, free_port
 
 SHIM = Path(__file__).with_name("search_r1_cpu.py")
 SCRIPT = Path("search_r1") / "search" / "retrieval_server.py"

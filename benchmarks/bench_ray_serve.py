@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from verl_search.datasets import read_questions
-from verl_search.tools.local_server import SubprocessServer, free_port
+from verl_search.server.local import SubprocessServer, free_port
 
 from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
 

@@ -66,7 +66,7 @@ import httpx
 
 from verl_search.datasets import read_questions
 from verl_search.server.settings import ServerSettings
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...
 

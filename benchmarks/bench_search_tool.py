@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from verl_search.datasets import read_questions
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 from verl_search.tools.search_tool import SearchTool
 
 from bench_data import add_data_arguments, index_folder  # this folder: run as python benchmarks/...

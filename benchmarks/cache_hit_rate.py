@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from verl_search.server.cache import normalise_query
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 
 def recorded_searches(path: str) -> list[tuple[str, list[str]]]:

@@ -32,7 +32,7 @@ import aiohttp
 import numpy as np
 
 from verl_search.datasets import read_questions
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 #: the leak bound: RSS growth per answered request over the soak (Theil-Sen slope), KiB; the soak fails
 #: when the slope's 95% confidence interval lies wholly above it. The dense MiniLM server settles: 9.1 KiB

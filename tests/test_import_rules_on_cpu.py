@@ -1,30 +1,22 @@
-"""The imports that are never allowed (ARCHITECTURE.md), checked with `ast` over the installed
+"""Who may import whom (ARCHITECTURE.md, "Who may import whom"), checked with `ast` over the installed
 package's files: every `import` / `from ... import` anywhere in a module counts, lazy ones inside
 functions included.
 
-* rewards -> anything of ours but `verl_search.protocol` (pure functions, cheap to import);
-* `verl_search.protocol` -> anything of ours outside it, anything outside the standard library (the leaf);
-* runtime -> anything of ours outside it, verl (flags, `VERL_SEARCH_*`, extras, exit codes: every room
-  imports it, the retrieval service included);
-* retrieval -> server, tools, agent_loop, eval, web, generation, training, quickstart, verl_config, verl,
-  and the HTTP libraries (retrievers know no HTTP and no verl);
-* server, web -> tools, agent_loop, eval, generation, training, quickstart, verl_config, verl (the retrieval
-  service runs in an install without verl; web is the same service over web APIs);
-* tools, agent_loop -> retrieval (they talk to the service over HTTP only);
-* generation -> retrieval, server, tools, agent_loop, eval, training, quickstart, web (an engine knows
-  tokens, not who asks for them);
-* verl_config -> retrieval, server, web, eval, quickstart, generation (composing and checking verl's
-  config needs none of them; they import it);
-* data -> server, web, tools, agent_loop, eval, generation, training, quickstart (preprocessing and
-  downloads know nothing of what runs on their output).
+* `MAY_IMPORT`: for each folder of `verl_search`, the folders of ours it may import. The table is
+  ARCHITECTURE.md's (a test compares them), it has no circle (so no two folders import each other),
+  and every import of ours keeps to it.
+* Outside ours: `protocol/` imports the standard library only; `runtime/`, `retrieval/` and `server/`
+  never import verl, and `retrieval/` no HTTP library (retrievers know no HTTP and no verl).
 
-Beyond the direct imports, the retrieval service's whole import graph (server, web, retrieval and
+Beyond the direct imports, the retrieval service's whole import graph (server, retrieval and
 everything of ours they reach, lazily or not) never reaches verl.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,35 +24,36 @@ import pytest
 import verl_search
 
 PACKAGE = Path(verl_search.__file__).parent
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "ARCHITECTURE.md"
 
-#: (package area, forbidden import prefixes); an area is a sub-package or a module of verl_search
+#: folder -> the folders of ours it may import (lower floors first; `cli.py` may import any)
+MAY_IMPORT = {
+    "protocol": (),
+    "runtime": (),
+    "rewards": ("protocol",),
+    "datasets": ("rewards",),
+    "data": ("datasets", "protocol", "runtime"),
+    "retrieval": ("datasets", "runtime"),
+    "server": ("protocol", "retrieval", "runtime"),
+    "generation": ("protocol", "runtime"),
+    "verl_config": ("protocol", "runtime"),
+    "tools": ("protocol", "runtime", "server", "verl_config"),
+    "cpu": ("generation", "protocol", "runtime", "verl_config"),
+    "agent_loop": ("generation", "protocol", "runtime", "tools", "verl_config"),
+    "training": ("cpu", "protocol", "runtime", "verl_config"),
+    "eval": ("cpu", "data", "datasets", "generation", "protocol", "retrieval", "rewards", "runtime", "server",
+             "tools", "verl_config"),
+    "quickstart": ("cpu", "data", "datasets", "eval", "generation", "protocol", "retrieval", "rewards", "runtime",
+                   "server", "tools", "training", "verl_config"),
+    "tool_configs": (),
+}
 #: the HTTP libraries (a retriever knows none of them)
 HTTP = ("fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "requests")
-#: the rooms of the verl side (the retrieval service never imports them)
-VERL_SIDE = ("verl_search.tools", "verl_search.agent_loop", "verl_search.eval", "verl_search.generation",
-             "verl_search.training", "verl_search.quickstart", "verl_search.verl_config", "verl")
-FORBIDDEN = {
-    "rewards": ("verl_search.",),
-    "protocol": ("verl_search.",),
-    "runtime": ("verl_search.", "verl"),
-    "retrieval": ("verl_search.server", "verl_search.web", *VERL_SIDE, *HTTP),
-    "server": VERL_SIDE,
-    "web": VERL_SIDE,
-    "tools": ("verl_search.retrieval",),
-    "agent_loop": ("verl_search.retrieval",),
-    "generation": ("verl_search.retrieval", "verl_search.server", "verl_search.tools", "verl_search.agent_loop",
-                   "verl_search.eval", "verl_search.training", "verl_search.quickstart", "verl_search.web"),
-    "verl_config": ("verl_search.retrieval", "verl_search.server", "verl_search.web", "verl_search.eval",
-                    "verl_search.quickstart", "verl_search.generation"),
-    "data": ("verl_search.server", "verl_search.web", "verl_search.tools", "verl_search.agent_loop",
-             "verl_search.eval", "verl_search.generation", "verl_search.training", "verl_search.quickstart"),
-}
-#: what an area may import even though a prefix above forbids it
-ALLOWED = {
-    "rewards": ("verl_search.protocol", "verl_search.rewards"),
-    "protocol": ("verl_search.protocol",),
-    "runtime": ("verl_search.runtime",),
-}
+#: folder -> modules outside ours it never imports
+NEVER_OUTSIDE = {"runtime": ("verl",), "retrieval": ("verl", *HTTP), "server": ("verl",)}
+#: the folders of the verl side (the retrieval service never reaches them)
+VERL_SIDE = tuple(f"verl_search.{folder}" for folder in
+                  ("tools", "agent_loop", "eval", "generation", "training", "quickstart", "verl_config", "cpu"))
 
 
 def _module_name(path: Path) -> str:
@@ -91,31 +84,72 @@ def _matches(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-def violations(area: str) -> list[str]:
-    """`file:line imports name` for each forbidden import of `area`."""
-    root = PACKAGE / area
-    files = sorted(root.rglob("*.py")) if root.is_dir() else [PACKAGE / f"{area}.py"]
-    allowed = ALLOWED.get(area, ())
+def _folder(name: str) -> str | None:
+    """The folder of ours a module name is in (`verl_search.cpu.plugin` -> `cpu`); None outside ours or for
+    a top-level module (`verl_search.cli`)."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "verl_search" and len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+
+
+def violations(folder: str) -> list[str]:
+    """`file:line imports name` for each import of `folder` that `MAY_IMPORT` / `NEVER_OUTSIDE` refuse."""
+    allowed = {folder, *MAY_IMPORT[folder]}
     found = []
-    for path in files:
+    for path in sorted((PACKAGE / folder).rglob("*.py")):
         for line, name in imports_of(path):
-            if name == "verl_search" or any(_matches(name, a) for a in allowed):
-                continue
-            for prefix in FORBIDDEN[area]:
-                if (prefix == "verl_search." and name.startswith(prefix)) or (prefix != "verl_search." and _matches(name, prefix)):
-                    found.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}")
+            target = _folder(name)
+            ours_refused = target is not None and target not in allowed
+            outside_refused = any(_matches(name, prefix) for prefix in NEVER_OUTSIDE.get(folder, ()))
+            if ours_refused or outside_refused:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}")
     return found
 
 
-def test_the_package_has_every_area():
-    for area in FORBIDDEN:
-        assert (PACKAGE / area).is_dir() or (PACKAGE / f"{area}.py").is_file(), f"verl_search.{area} is missing"
+def test_every_folder_has_a_row():
+    folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
+    assert folders == set(MAY_IMPORT), f"folders without a row: {folders - set(MAY_IMPORT)}; rows without a " \
+                                       f"folder: {set(MAY_IMPORT) - folders}"
 
 
-@pytest.mark.parametrize("area", sorted(FORBIDDEN))
-def test_no_forbidden_import(area):
-    found = violations(area)
-    assert not found, f"forbidden imports of verl_search.{area} (see ARCHITECTURE.md):\n" + "\n".join(found)
+@pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
+def test_no_forbidden_import(folder):
+    found = violations(folder)
+    assert not found, f"imports verl_search.{folder} may not make (ARCHITECTURE.md):\n" + "\n".join(found)
+
+
+def test_the_table_has_no_circle():
+    # a folder on a circle could not be read or moved without the others; no two folders import each other
+    order: list[str] = []
+    todo = dict(MAY_IMPORT)
+    while todo:
+        ready = sorted(folder for folder, deps in todo.items() if set(deps) <= set(order))
+        assert ready, f"MAY_IMPORT has a circle among {sorted(todo)}"
+        order += ready
+        for folder in ready:
+            del todo[folder]
+
+
+def test_architecture_md_shows_the_same_table():
+    section = ARCHITECTURE.read_text(encoding="utf-8").split("## Who may import whom", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for match in re.finditer(r"^\| `(\w+)/` \| ([^|]*) \|", section, re.M):
+        ours = re.sub(r"\(.*?\)", "", match.group(2))  # "(never `verl`)": outside ours, checked by NEVER_OUTSIDE
+        rows[match.group(1)] = tuple(sorted(re.findall(r"`(\w+)`", ours)))
+    assert rows == {folder: tuple(sorted(deps)) for folder, deps in MAY_IMPORT.items()}
+
+
+def test_a_forbidden_import_is_found(tmp_path, monkeypatch):
+    # the check must be able to fail: lazy imports of the verl side and of HTTP inside retrieval/, in a copy
+    package = tmp_path / "verl_search"
+    for folder in ("retrieval", "eval"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("", encoding="utf-8")
+    (package / "retrieval" / "probe.py").write_text(
+        "from verl_search.runtime import env\n\ndef f():\n    from verl_search.eval import harness\n    import httpx\n",
+        encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    assert violations("retrieval") == ["verl_search/retrieval/probe.py:4 imports verl_search.eval",
+                                       "verl_search/retrieval/probe.py:5 imports httpx"]
 
 
 def test_the_walk_sees_lazy_imports():
@@ -189,7 +223,7 @@ def _reached(start: list[str], graph: dict[str, set[str]]) -> set[str]:
 def test_the_retrieval_service_never_reaches_verl():
     # direct rules miss a chain (server -> runtime -> something importing verl); walk the whole graph
     graph = _import_graph()
-    service = [m for m in graph if m.split(".")[1:2] in (["server"], ["web"], ["retrieval"])]
+    service = [m for m in graph if m.split(".")[1:2] in (["server"], ["retrieval"])]
     assert "verl_search.server.app" in service and "verl_search.retrieval.bm25" in service
     reached = _reached(service, graph)
     verl_side = sorted(m for m in reached if any(_matches(m, prefix) for prefix in VERL_SIDE))

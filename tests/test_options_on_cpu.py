@@ -16,7 +16,7 @@ from verl_search.runtime.options import flag_name, option_fields
 from verl_search.server.serve import RayOptions, ServeOptions
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig
-from verl_search.web.options import WebOptions
+from verl_search.server.web.options import WebOptions
 
 
 def _flags(*argv):

@@ -215,7 +215,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not args.skip_check and not _recipe_checks_pass(args.recipe, train_overrides(args.overrides, args.cpu),
                                                        "not training", require_engine=not args.cpu, in_child=True):
         return 1
-    from verl_search.tools.local_server import serve_for_run
+    from verl_search.server.local import serve_for_run
 
     with serve_for_run(args.retrieval_url, args.index) as url:
         return run_training(args.recipe, args.overrides, cpu=args.cpu, retrieval_url=url)

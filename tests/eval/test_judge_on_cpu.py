@@ -20,7 +20,7 @@ from tests.verl_helpers import ScriptedLLM
 from verl_search.eval.harness import run_eval
 from verl_search.eval.judge import JUDGE_PROMPT, parse_judgement
 from verl_search.eval.options import EvalOptions
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 PARAPHRASE = "the answer, as I recall: "
 
@@ -93,7 +93,7 @@ def test_judge_column_beside_em_cached_and_failures_counted(tmp_path, tiny_qwen,
 
 
 def test_judge_down_is_counted_not_scored(tmp_path, tiny_qwen, bm25_server):
-    from verl_search.tools.local_server import free_port
+    from verl_search.server.local import free_port
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     settings = options(tmp_path, bm25_server, judge_url=f"http://127.0.0.1:{free_port()}/v1", judge_model="x")
@@ -143,8 +143,8 @@ def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
 
     from verl_search.eval.judge import judge_records
     from verl_search.generation.models import model_folder
-    from verl_search.tools.local_server import free_port
-    from verl_search.training import vllm_cpu
+    from verl_search.server.local import free_port
+    from verl_search.cpu import vllm_cpu
 
     if vllm_cpu.vllm_cpu_version() is None:
         pytest.skip("vllm-cpu is not installed (the [cpu] extra)")

@@ -18,7 +18,7 @@ from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens, tag_agent_con
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
 from verl_search.protocol import research
-from verl_search.tools.local_server import free_port
+from verl_search.server.local import free_port
 from verl_search.verl_config.shipped import config_path
 
 QA = [json.loads(line) for line in MINI_QA.read_text().splitlines()]

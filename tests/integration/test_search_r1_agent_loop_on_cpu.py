@@ -20,7 +20,7 @@ from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
 from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
 from verl_search.tools.formatting import format_results
-from verl_search.tools.local_server import free_port
+from verl_search.server.local import free_port
 
 QA = [json.loads(line) for line in MINI_QA.read_text().splitlines()]
 GALLU = next(r for r in QA if r["question"] == "If Gallu is a demon Lilu is what?")

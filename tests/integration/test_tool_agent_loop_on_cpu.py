@@ -117,7 +117,7 @@ def test_tool_rollout_masks_observation_and_scores_with_our_reward(tiny_qwen, to
 
 
 def test_rollout_completes_when_the_retrieval_server_is_down(tiny_qwen, tokenizer, data_file, reward_handle, monkeypatch):
-    from verl_search.tools.local_server import free_port
+    from verl_search.server.local import free_port
 
     monkeypatch.setenv("VERL_SEARCH_URL", f"http://127.0.0.1:{free_port()}/retrieve")  # nothing listens there
     config = tool_agent_config(tiny_qwen, data_file)

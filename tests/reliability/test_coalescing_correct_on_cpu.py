@@ -13,7 +13,7 @@ from tests.conftest import MINI_QA
 from tests.reliability.wrappers import RecordingRetriever
 from verl_search.server.app import create_app
 from verl_search.server.settings import ServerSettings
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 N = 256
 

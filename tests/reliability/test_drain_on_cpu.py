@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from tests.conftest import MINI_QA
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 QUESTIONS = [json.loads(line)["question"] for line in MINI_QA.read_text().splitlines()]
 

@@ -16,9 +16,9 @@ from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup
 from verl_search.server.access import CorpusPages
 from verl_search.server.app import create_app
-from verl_search.tools.local_server import ThreadServer
-from verl_search.web.app import build_backend, create_web_app
-from verl_search.web.options import WebOptions
+from verl_search.server.local import ThreadServer
+from verl_search.server.web.app import build_backend, create_web_app
+from verl_search.server.web.options import WebOptions
 
 
 ACCESS_BODIES = st.fixed_dictionaries({}, optional={"ids": st.lists(ANY_TEXT, max_size=4) | JSON_VALUES,

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from verl_search.server.app import create_app
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 

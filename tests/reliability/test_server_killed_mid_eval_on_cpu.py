@@ -14,7 +14,7 @@ from tests.conftest import MINI_QA
 from tests.reliability.scripted_eval import question_of, script
 from tests.verl_helpers import ScriptedLLM
 from verl_search.eval.harness import EvalOptions, run_eval
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 
 def test_server_killed_and_restarted_mid_run(tmp_path, tiny_qwen, bm25_index):

@@ -17,7 +17,7 @@ from tests.verl_helpers import ScriptedLLM
 from verl_search.verl_config.shipped import config_path
 from verl_search.data.preprocess import make_row, write_parquet
 from verl_search.server.app import create_app
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 from verl_search.tools.search_tool import SearchTool
 
 DEADLINE = 2.0

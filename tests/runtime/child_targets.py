@@ -1,5 +1,5 @@
-"""Functions `tests/runtime/test_child_on_cpu.py` runs in a child process (importable by name, as `in_child`
-requires); this module is imported by the children only."""
+"""Functions `tests/runtime/test_child_on_cpu.py` runs in a child process (module-level, so they pickle by name,
+as `in_child` requires)."""
 
 import logging
 import os
@@ -7,10 +7,14 @@ import time
 from pathlib import Path
 
 logger = logging.getLogger("verl_search.tests.child")
+#: a standard-library module nothing else of the test process imports: `pid_and_logs` imports it, in the child
+HEAVY = "wave"
 
 
 def pid_and_logs(message: str) -> int:
-    """Log `message` at INFO and return this process's id."""
+    """Import `HEAVY`, log `message` at INFO and return this process's id."""
+    import wave  # noqa: F401  (HEAVY)
+
     logger.info("%s", message)
     return os.getpid()
 

@@ -1,5 +1,5 @@
-"""`runtime.child.in_child`: the call runs in another process that imports what it needs by name, its result
-and its errors come back, it logs as the entry points do, and it does not outlive a killed parent."""
+"""`runtime.child.in_child`: the call runs in another process, what the function imports stays there, its
+result and its errors come back, it logs as the entry points do, and it does not outlive a killed parent."""
 
 import os
 import signal
@@ -12,13 +12,15 @@ import pytest
 from tests.conftest import REPO
 from verl_search.runtime.child import in_child
 
+from tests.runtime import child_targets
+
 TARGETS = "tests.runtime.child_targets"
 
 
-def test_the_call_runs_in_another_process_that_alone_imports_its_module(capfd):
-    pid = in_child(f"{TARGETS}:pid_and_logs", "hello from the child")
+def test_the_call_runs_in_another_process_that_alone_imports_what_the_function_imports(capfd):
+    pid = in_child(child_targets.pid_and_logs, "hello from the child")
     assert pid != os.getpid()
-    assert TARGETS not in sys.modules  # named, not imported here
+    assert child_targets.HEAVY not in sys.modules  # imported inside the function, in the child only
     # the entry points' logging (`exits.LOG_FORMAT`) in the child, on this process's stderr
     assert "INFO verl_search.tests.child: hello from the child" in capfd.readouterr().err
 
@@ -29,7 +31,7 @@ def test_a_module_level_function_is_accepted():
 
 def test_the_childs_error_is_raised_here():
     with pytest.raises(ValueError, match="value 3 is refused"):
-        in_child(f"{TARGETS}:fails", 3)
+        in_child(child_targets.fails, 3)
 
 
 def _alive(pid: int) -> bool:
@@ -44,7 +46,8 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
 def test_a_killed_parent_takes_its_child_along(tmp_path):
     pid_file = tmp_path / "child.pid"
-    script = f"from verl_search.runtime.child import in_child; in_child('{TARGETS}:sleeps', {str(pid_file)!r}, 120)"
+    script = (f"from verl_search.runtime.child import in_child; from {TARGETS} import sleeps; "
+              f"in_child(sleeps, {str(pid_file)!r}, 120)")
     # its stderr to a file: the killed parent's multiprocessing resource tracker reports the queues it left
     with open(tmp_path / "parent.log", "w") as log:
         parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stderr=log)

@@ -24,7 +24,7 @@ def pages_server(bm25_retriever):
     from verl_search.retrieval.pages import PageLookup
     from verl_search.server.access import CorpusPages
     from verl_search.server.app import create_app
-    from verl_search.tools.local_server import ThreadServer
+    from verl_search.server.local import ThreadServer
 
     pages = CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))
     with ThreadServer(create_app(bm25_retriever, pages=pages)) as server:

@@ -9,7 +9,7 @@ from verl_search.server.access import CorpusPages
 from verl_search.server.app import create_app
 from verl_search.server.cache import QueryCache
 from verl_search.server.service import get_cache, get_service, ready_service
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 
 def test_a_cache_given_through_the_dependency_answers_retrieve(bm25_retriever):

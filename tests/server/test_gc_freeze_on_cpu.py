@@ -6,7 +6,7 @@ import gc
 import re
 
 from verl_search.server.serve import freeze_loaded
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 
 def test_freeze_loaded_returns_the_retriever_and_freezes_what_is_alive():

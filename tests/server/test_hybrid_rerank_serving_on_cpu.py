@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.server import peer_clients
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 QUERIES = ["Who directed Inception?", "Lilu mythology masculine Akkadian spirit"]
 

@@ -16,7 +16,7 @@ from tests.conftest import MINI_QA
 from verl_search.server.app import create_app
 from verl_search.server.batcher import fair_shares
 from verl_search.server.settings import ServerSettings
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 QUESTIONS = [json.loads(line)["question"] for line in MINI_QA.read_text(encoding="utf-8").splitlines()]
 

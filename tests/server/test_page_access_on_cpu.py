@@ -10,7 +10,7 @@ from tests.conftest import MINI_CORPUS
 from verl_search.retrieval.base import split_contents
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup, normalise_title
-from verl_search.tools.local_server import SubprocessServer
+from verl_search.server.local import SubprocessServer
 
 
 def corpus_rows() -> list[dict]:

@@ -6,7 +6,7 @@ import pytest
 from verl_search.server.app import create_app
 from verl_search.server.cache import QueryCache, entry_bytes, normalise_query
 from verl_search.server.settings import ServerSettings
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 
 def test_hits_misses_and_the_key(bm25_retriever):

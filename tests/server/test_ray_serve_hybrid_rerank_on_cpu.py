@@ -21,7 +21,7 @@ from verl_search.retrieval.base import Passage  # noqa: E402
 from verl_search.retrieval.loader import resolve_index  # noqa: E402
 from verl_search.retrieval.rerank import pair_text  # noqa: E402
 from verl_search.server.schemas import RetrieveResponse  # noqa: E402
-from verl_search.tools.local_server import SubprocessServer  # noqa: E402
+from verl_search.server.local import SubprocessServer  # noqa: E402
 
 CANDIDATES = 5
 QUERIES = ["Who directed Inception?", "Lilu mythology masculine Akkadian spirit", "capital of France"]

@@ -34,7 +34,7 @@ from ray import serve  # noqa: E402
 from verl_search.retrieval.index_builder import BuildOptions, build_index  # noqa: E402
 from verl_search.server.serve import RayOptions, ServeOptions  # noqa: E402
 from verl_search.server.settings import ServerSettings  # noqa: E402
-from verl_search.tools.local_server import free_port  # noqa: E402
+from verl_search.server.local import free_port  # noqa: E402
 from tests.conftest import MINI_QA  # noqa: E402
 
 QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.slow
 from tests.conftest import MINI_QA  # noqa: E402
 from verl_search.server.health import wait_until_ready  # noqa: E402
 from verl_search.tools import client  # noqa: E402
-from verl_search.tools.local_server import free_port  # noqa: E402
+from verl_search.server.local import free_port  # noqa: E402
 
 QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]
 CLIENTS = 8

@@ -9,7 +9,7 @@ import pytest
 from verl_search.server.app import create_app
 from verl_search.server.health import wait_until_ready
 from verl_search.server.settings import ServerSettings
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 
 
 def post(server, body, **kwargs):

@@ -14,7 +14,7 @@ from verl_search.server.access import CorpusPages
 from verl_search.server.app import create_app
 from verl_search.tools.access_tool import AccessTool, format_page
 from verl_search.tools.client import SearchClientConfig
-from verl_search.tools.local_server import ThreadServer
+from verl_search.server.local import ThreadServer
 from verl_search.tools.search_tool import SearchTool
 
 

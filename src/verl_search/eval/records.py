@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from verl_search.eval.rows import row_id
+from verl_search.protocol.tool import parse_queries
 from verl_search.protocol.vocabulary import (
     ENDED_WITH_EOS,
     FAILED_SEARCHES,
@@ -20,7 +21,6 @@ from verl_search.protocol.vocabulary import (
     parse_action,
 )
 from verl_search.rewards import compute_score, gold_answers
-from verl_search.tools.search_tool import parse_queries
 
 
 def _turns_from_tokens(ids: list[int], mask: list[int], decode) -> list[dict]:
@@ -50,7 +50,7 @@ def _turns_from_agent_loop(recorded: list[dict]) -> list[dict]:
 
 def queries_of(text: str) -> list[str]:
     """The search queries of one model turn: a `<search>` block, or the queries of its hermes calls of
-    the search tool, parsed as the tool parses them (`tools.search_tool.parse_queries`; a call the
+    the search tool, parsed as the tool parses them (`protocol.tool.parse_queries`; a call the
     tool refuses searched nothing, so it adds none)."""
     action = parse_action(text)
     if action.kind == "search":

@@ -73,14 +73,14 @@ def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrie
 @contextlib.contextmanager
 def retrieval_service(options: EvalOptions):
     """Yield the `/retrieve` URL: `options.retrieval_url`, or that of a server on `options.index` for the
-    run (`tools.local_server.serve_for_run`, its output in `OUT/retrieval_server.log`).
+    run (`server.local.serve_for_run`, its output in `OUT/retrieval_server.log`).
 
     Raises:
         ValueError: neither or both given.
     """
     if not options.retrieval_url and not options.index:
         raise ValueError("pass --retrieval-url URL (a running server) or --index DIR (served for this run)")
-    from verl_search.tools.local_server import serve_for_run
+    from verl_search.server.local import serve_for_run
 
     with serve_for_run(options.retrieval_url, options.index, str(Path(options.out) / "retrieval_server.log")) as url:
         yield url

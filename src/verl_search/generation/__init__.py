@@ -1,2 +1,2 @@
 """LLM generation engines behind verl's client interface (token ids in, token ids out), for `verl-search eval`
-and the CPU training rollout (`verl_search.training.transformers_rollout`), and the model loading they share."""
+and the CPU training rollout (`verl_search.cpu.transformers_rollout`), and the model loading they share."""

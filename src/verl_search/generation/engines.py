@@ -6,7 +6,7 @@ sampling_params=...) -> TokenOutput`, which is what `AgentLoopWorker` calls (ver
   requests of concurrent trajectories into one forward pass. Greedy when `temperature` is 0
   (verl's validation default); honours `max_tokens`, `stop` strings and the model's EOS tokens;
   returns per-token log-probs when `logprobs` is set. It is both `verl-search eval`'s engine and
-  the generation inside the CPU training rollout (`verl_search.training.transformers_rollout`), which loads
+  the generation inside the CPU training rollout (`verl_search.cpu.transformers_rollout`), which loads
   the trainer's weights into it every step (`load_weights`).
 * `SGLangEngine` (GPU): an SGLang server the user starts
   (`python -m sglang.launch_server --model-path MODEL --port 30000`), called at its native

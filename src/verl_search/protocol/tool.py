@@ -24,6 +24,36 @@ TOOL_TEMPLATE = (
     "without detailed illustrations. For example, <answer> Beijing </answer>. Question: {question}"
 )
 
+def parse_queries(parameters: object, max_queries: int | None = None) -> list[str]:
+    """The query strings of a search tool call's arguments, stripped (the one parser of them: the
+    tool's `execute`, `tools.search_tool.SearchTool`, and `eval.records` for the queries a trajectory asked).
+
+    Accepts `{"query_list": [str, ...]}` (or one string) or `{"query": str}`; blank queries are an
+    error, as are more than `max_queries` (None: no limit).
+
+    Raises:
+        ValueError: with a message the model can act on (it becomes the observation).
+    """
+    if not isinstance(parameters, dict):
+        raise ValueError('arguments must be a JSON object such as {"query_list": ["..."]}')
+    if "query_list" in parameters:
+        queries = parameters["query_list"]
+        if isinstance(queries, str):
+            queries = [queries]
+    elif "query" in parameters:
+        queries = [parameters["query"]]
+    else:
+        raise ValueError('missing "query_list": call search with {"query_list": ["your query"]}')
+    if not isinstance(queries, list) or not queries or not all(isinstance(q, str) for q in queries):
+        raise ValueError('"query_list" must be a non-empty list of strings')
+    queries = [q.strip() for q in queries]
+    if any(not q for q in queries):
+        raise ValueError("a query is empty")
+    if max_queries is not None and len(queries) > max_queries:
+        raise ValueError(f"{len(queries)} queries in one call; at most {max_queries}")
+    return queries
+
+
 def tool_call_format_ok(response: str) -> tuple[bool, str]:
     """Whether a tool-call (hermes) response is well formed; `(ok, reason)`.
 

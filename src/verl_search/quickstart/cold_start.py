@@ -194,7 +194,7 @@ def sft_command(model: str, data: Path, out: Path, *, steps: int, batch_size: in
                 max_length: int) -> list[str]:
     """The command running verl's SFT trainer on the CPU over `data` (one process, gloo; fp32
     compute, as `verl-search train --cpu` sets for the actor)."""
-    from verl_search.training.launch import FP32
+    from verl_search.cpu.overrides import FP32
 
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
@@ -222,10 +222,10 @@ def run_sft(model: str, data: Path, out: Path, log: Path, metrics: Path, **setti
         RuntimeError: the trainer failed (the message names `log`).
     """
     from verl_search.quickstart.progress import run_logged
-    from verl_search.training.launch import train_env
+    from verl_search.cpu.overrides import cpu_env
 
     command = sft_command(model, data, out, **settings)
-    env = {**train_env(cpu=True), "VERL_FILE_LOGGER_PATH": str(metrics)}
+    env = {**cpu_env(), "VERL_FILE_LOGGER_PATH": str(metrics)}
     code = run_logged(command, env, log, metrics, settings["steps"], "cold start (verl SFT)")
     folder = out / f"global_step_{settings['steps']}" / "huggingface"
     if code != 0 or not (folder / "config.json").is_file():

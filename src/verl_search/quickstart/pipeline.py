@@ -183,7 +183,7 @@ class Quickstart:
         self.train_file = self.out / "data" / "train.parquet"
         self.test_file = self.out / "data" / "test.parquet"
         self.frontier_file = self.out / "data" / "frontier.parquet"
-        from verl_search.eval.vllm_rollout import choose_engine
+        from verl_search.cpu.engine import choose_engine
 
         # one engine for every evaluation and GRPO's rollouts, chosen as `verl-search eval` chooses
         self.engine = choose_engine(options.engine, options.model)
@@ -244,14 +244,15 @@ class Quickstart:
 
     def build_index(self) -> None:
         from verl_search.quickstart.data import corpus_path
-        from verl_search.retrieval.index_builder import BuildOptions
+        from verl_search.retrieval.index_builder import BuildOptions, build_index
 
-        in_child("verl_search.retrieval.index_builder:build_index", corpus_path(), self.index,
-                 BuildOptions(retriever="bm25", overwrite=True))
+        in_child(build_index, corpus_path(), self.index, BuildOptions(retriever="bm25", overwrite=True))
 
     def write_data(self) -> None:
-        in_child("verl_search.quickstart.data:write_split", self.train_file, self.test_file,
-                 self.options.test_questions, self.options.seed, self.options.protocol)
+        from verl_search.quickstart.data import write_split
+
+        in_child(write_split, self.train_file, self.test_file, self.options.test_questions, self.options.seed,
+                 self.options.protocol)
 
     def base_model(self) -> str:
         """`--model` as a Hugging Face folder (SmolLM2's GGUF is converted once, in a child process)."""
@@ -260,12 +261,15 @@ class Quickstart:
         return in_child(model_folder, self.options.model)
 
     def evaluate(self, name: str, model) -> None:
-        options = for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name)
-        in_child("verl_search.eval.harness:run_eval", options)
+        from verl_search.eval.harness import run_eval
+
+        in_child(run_eval, for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name))
 
     def cold_start(self) -> None:
-        in_child("verl_search.quickstart.cold_start:run_cold_start", self.base_model(), self.index, self.train_file,
-                 self.out / "cold_start", self.options, response_length(self.options))
+        from verl_search.quickstart.cold_start import run_cold_start
+
+        in_child(run_cold_start, self.base_model(), self.index, self.train_file, self.out / "cold_start", self.options,
+                 response_length(self.options))
 
     def start_model(self) -> str:
         """GRPO's start: the cold-start model, or `--model` without a cold start."""
@@ -282,18 +286,22 @@ class Quickstart:
     def frontier(self) -> None:
         """The start model's sampled success on `--frontier-questions` training questions; those answered
         sometimes become GRPO's training questions and the probe set (`quickstart.frontier`)."""
+        from verl_search.eval.harness import run_eval
+        from verl_search.quickstart.frontier import write_candidates, write_frontier
+
         o = self.options
         candidates = self.out / "data" / "frontier_candidates.parquet"
-        in_child("verl_search.quickstart.frontier:write_candidates", self.train_file, candidates, o.frontier_questions,
-                 o.seed)
-        in_child("verl_search.eval.harness:run_eval", self.sampled(self.start_model(), candidates, "frontier"))
-        summary = in_child("verl_search.quickstart.frontier:write_frontier", candidates, self.out / "eval" / "frontier",
-                           self.frontier_file, o.prompts_per_step)
+        in_child(write_candidates, self.train_file, candidates, o.frontier_questions, o.seed)
+        in_child(run_eval, self.sampled(self.start_model(), candidates, "frontier"))
+        summary = in_child(write_frontier, candidates, self.out / "eval" / "frontier", self.frontier_file,
+                           o.prompts_per_step)
         logger.info("frontier: %s", summary)
 
     def probe(self, name: str, model) -> None:
         """`model` sampled again on the frontier questions (the probe set) into `eval/probe_NAME`."""
-        in_child("verl_search.eval.harness:run_eval", self.sampled(model, self.frontier_file, f"probe_{name}"))
+        from verl_search.eval.harness import run_eval
+
+        in_child(run_eval, self.sampled(model, self.frontier_file, f"probe_{name}"))
 
     def grpo(self, name: str = "grpo", permuted_reward: bool | None = None) -> None:
         """GRPO from the start model into `out/NAME`; `permuted_reward` (default: `--permuted-reward`) trains on

@@ -2,7 +2,7 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node=1 -m verl_search.quickstart.sft_main OVERRIDES...
 
-with `VERL_USE_EXTERNAL_MODULES=verl_search.training.cpu_plugin` and `VERL_PLATFORM=cpu`. It does
+with `VERL_USE_EXTERNAL_MODULES=verl_search.cpu.plugin` and `VERL_PLATFORM=cpu`. It does
 what `python -m verl.trainer.sft_trainer` does (compose `sft_trainer_engine.yaml` with the
 overrides, `auto_set_device`, `SFTTrainer(config).fit()`), with one difference: the process group
 is started with the `gloo` backend here. verl's `initialize_global_process_group` asks torch for

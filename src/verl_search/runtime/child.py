@@ -6,7 +6,6 @@ Standard library only.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import logging
 import multiprocessing
 import signal
@@ -36,19 +35,16 @@ def _start_child() -> None:
             logger.debug("prctl(PR_SET_PDEATHSIG) unavailable: %s", exc)
 
 
-def _call(target: str | Callable[..., T], args: tuple, kwargs: dict) -> T:
-    """`target(*args, **kwargs)`, `target` a callable or a `"module:function"` name imported here."""
-    if isinstance(target, str):
-        module, _, name = target.partition(":")
-        target = getattr(importlib.import_module(module), name)
+def _call(target: Callable[..., T], args: tuple, kwargs: dict) -> T:
+    """`target(*args, **kwargs)`, in the child."""
     return target(*args, **kwargs)
 
 
-def in_child(target: str | Callable[..., T], /, *args, **kwargs) -> T:
+def in_child(target: Callable[..., T], /, *args, **kwargs) -> T:
     """Return `target(*args, **kwargs)` run in a spawned Python process.
 
-    `target` is a module-level function, or its `"module:function"` name, which only the child imports
-    (for a module whose imports are the weight to keep out of this process). The child starts from nothing
+    `target` is a module-level function (it pickles by name: its module must import without its weight,
+    the heavy imports inside the function, so that this process stays light). The child starts from nothing
     (multiprocessing's `spawn`: none of this process's memory or imports), logs as the entry points do
     (`exits.configure_logging`), writes to this process's stdout and stderr, and gets SIGTERM if this
     process exits first (Linux). Its CPU time counts in this process's `resource.RUSAGE_CHILDREN` once it

@@ -7,7 +7,7 @@
 | `VERL_SEARCH_SKIP_VERL_VERSION_CHECK` | `skip_verl_version_check` | off (`1` = on) | `verl_config.version.check_verl_version` |
 | `VERL_SEARCH_TOOL_CONFIG` | `tool_config` | the shipped tool YAML | the GRPO recipe's `tool_config_path`; check-config |
 | `VERL_SEARCH_AGENT_LOOPS` | `agent_loops` | the shipped agent-loop YAML | the PPO recipe's `agent_loop_config_path`; check-config |
-| `VERL_SEARCH_CPU_THREADS` | `cpu_threads` | every core | torch threads of each process of a `verl-search train --cpu` run (`training/cpu_plugin.py`) |
+| `VERL_SEARCH_CPU_THREADS` | `cpu_threads` | every core | torch threads of each process of a `verl-search train --cpu` run (`cpu/plugin.py`) |
 
 `read_env()` takes one snapshot when called (never at import, so a test's `monkeypatch.setenv`
 is seen); callers read it once per operation. `verl-search train` sets `TOOL_CONFIG`,

@@ -9,7 +9,7 @@ tool, which posts `{"urls": [...]}` to its local server's `/access`). The reques
 * 404 naming each id or title the corpus does not hold (`loc` = `["body", "ids", i]`);
 * 503 with `Retry-After` while the index loads or the server drains.
 
-The web backend answers the same route from a page reader (`web.app`), with `check_access_request`
+The web backend answers the same route from a page reader (`server.web.app`), with `check_access_request`
 and `encode_access_response` from here.
 """
 

@@ -1,7 +1,7 @@
 """`GET /health` from the caller's side: wait until a retrieval server says it is ready.
 
 Used by `server.ray_serve` (a deployment is up once its proxies answer) and by the local servers
-of a run (`tools.local_server`).
+of a run (`server.local`).
 """
 
 from __future__ import annotations

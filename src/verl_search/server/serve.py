@@ -2,7 +2,7 @@
 
 Also the options of the `serve` command (`ServeOptions`, `RayOptions`: its flags are generated from
 them and `ServerSettings`, so defaults live in those classes only) and the pieces `server.ray_serve`
-and `web.app` reuse (`resolve_served_index`, `freeze_loaded`, `draining_server`). The command itself (flags, `--ray` /
+and `server.web.app` reuse (`resolve_served_index`, `freeze_loaded`, `draining_server`). The command itself (flags, `--ray` /
 `--backend web` dispatch, exit codes) is `server.command`; this module imports neither Ray Serve
 nor the web backend.
 
@@ -48,7 +48,7 @@ class ServeOptions:
         log_level: uvicorn's log level (default `info`).
         retriever: which retriever of the index to serve (default: the manifest's); a hybrid index
             (`index build --retriever hybrid`) also serves its `bm25` or `dense` half alone.
-        backend: `index` (default: `index` is required) or `web` (`web.app`: a web search API and page
+        backend: `index` (default: `index` is required) or `web` (`server.web.app`: a web search API and page
             reader behind the same wire format, `WebOptions`).
         page_access: serve `POST /access` over the index's corpus (default on; `server.access`); its
             title table is built at load, once per corpus (cached under `$VERL_SEARCH_CACHE`).

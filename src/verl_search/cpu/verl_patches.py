@@ -2,7 +2,7 @@
 
 Each patch first checks that verl's code is the code it was written against (`check()`), so a
 verl release that changes it fails with a message naming the place, instead of patching the wrong
-thing. They are applied only by `verl_search.training.cpu_plugin` (that is, only when asked), only
+thing. They are applied only by `verl_search.cpu.plugin` (that is, only when asked), only
 on `SUPPORTED_VERL_VERSION`.
 
 * P1 `verl/utils/distributed.py` `initialize_global_process_group_ray`: builds the backend string

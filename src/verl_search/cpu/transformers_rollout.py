@@ -6,7 +6,7 @@ sampling_params=..., request_id=...) -> TokenOutput` (`verl/workers/rollout/llm_
 each update the trainer pushes weights through the `BaseRollout` adapter living in every trainer
 worker (`verl/workers/engine_workers.py`, `update_weights`). vLLM and SGLang need a GPU; this is
 the same contract on `TransformersEngine` (the one `verl-search eval` uses), registered as
-rollout name `verl_search.training.names.ROLLOUT_NAME`:
+rollout name `verl_search.cpu.names.ROLLOUT_NAME`:
 
 * `TransformersReplica`: hybrid mode (the trainer's workers own the resources); one
   `TransformersRolloutServer` actor per replica, on the node of the replica's first worker, named
@@ -32,7 +32,7 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from verl_search.training.names import ROLLOUT_NAME
+from verl_search.cpu.names import ROLLOUT_NAME
 
 logger = logging.getLogger(__name__)
 

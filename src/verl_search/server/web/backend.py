@@ -20,15 +20,15 @@ from __future__ import annotations
 import asyncio
 
 from verl_search.retrieval.base import Hit, Passage
-from verl_search.web.cache import WebCache, page_key, search_key
-from verl_search.web.upstream import Upstream, UpstreamError
+from verl_search.server.web.cache import WebCache, page_key, search_key
+from verl_search.server.web.upstream import Upstream, UpstreamError
 
 #: results asked of the search API at least (Serper's default page; the price is per call)
 MIN_RESULTS = 10
 
 
 class WebBackend:
-    """Cache, single flight and the upstream APIs, for `web.app`.
+    """Cache, single flight and the upstream APIs, for `server.web.app`.
 
     Args:
         upstream: the API client.

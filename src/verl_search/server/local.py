@@ -1,11 +1,12 @@
-"""A retrieval server on this machine for the length of a run, from the client's side: in this process
-(a uvicorn thread) or as a `python -m verl_search.server` subprocess (the command `verl-search serve`
-runs), started on a free port, waited for until `/health` says ready, stopped at the end.
+"""A retrieval server on this machine for the length of a run: in this process (a uvicorn thread) or
+as a `python -m verl_search.server` subprocess (the command `verl-search serve` runs), started on a
+free port, waited for until `/health` says ready, stopped at the end.
 
 `serve_for_run` is the one home of "serve this index for the run" (`verl-search train --index`,
 `verl-search eval --index`); the benchmarks and the tests use `ThreadServer` and `SubprocessServer`
 directly. Imports nothing of the server but its `/health` poll (`server.health`): a subprocess runs
-the server, or the caller hands `ThreadServer` an app.
+the server, or the caller hands `ThreadServer` an app, so the training side can use it without the
+server's dependencies loaded.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
+from verl_search.cpu import vllm_cpu
+from verl_search.cpu.engine import choose_engine
 from verl_search.eval.options import EvalOptions
-from verl_search.eval.vllm_rollout import choose_engine
-from verl_search.training import vllm_cpu
 
 
 def test_auto_is_the_default():
@@ -19,7 +19,7 @@ def test_auto_is_the_default():
 
 def test_auto_picks_vllm_with_the_supported_vllm_cpu(monkeypatch, caplog):
     monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: vllm_cpu.SUPPORTED_VLLM_CPU_VERSION)
-    with caplog.at_level(logging.INFO, logger="verl_search.eval.vllm_rollout"):
+    with caplog.at_level(logging.INFO, logger="verl_search.cpu.engine"):
         assert choose_engine("auto") == "vllm"
     assert [r.getMessage() for r in caplog.records] == [
         f"eval engine: vllm (--engine auto; vllm-cpu {vllm_cpu.SUPPORTED_VLLM_CPU_VERSION} installed: "
@@ -30,7 +30,7 @@ def test_auto_picks_vllm_with_the_supported_vllm_cpu(monkeypatch, caplog):
                                           ("0.32.0", "vllm-cpu 0.32.0 is installed, not")])
 def test_auto_falls_back_to_transformers_and_says_how_to_get_vllm(monkeypatch, caplog, version, why):
     monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: version)
-    with caplog.at_level(logging.INFO, logger="verl_search.eval.vllm_rollout"):
+    with caplog.at_level(logging.INFO, logger="verl_search.cpu.engine"):
         assert choose_engine("auto") == "transformers"
     (message,) = [r.getMessage() for r in caplog.records]
     assert message.startswith("eval engine: transformers") and why in message
@@ -55,11 +55,11 @@ def test_the_cli_accepts_auto_and_the_named_engines():
 def test_auto_takes_transformers_for_a_head_size_vllms_cpu_attention_lacks(monkeypatch, caplog, tiny_qwen,
                                                                           tiny_qwen_hd64):
     """`tiny_qwen` has head size 16: vLLM's CPU attention fails on it at the first request."""
-    from verl_search.training.launch import default_cpu_rollout
+    from verl_search.cpu.engine import default_cpu_rollout
 
     monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: vllm_cpu.SUPPORTED_VLLM_CPU_VERSION)
     assert vllm_cpu.unsupported_head_size(tiny_qwen) == 16 and vllm_cpu.unsupported_head_size(tiny_qwen_hd64) is None
-    with caplog.at_level(logging.INFO, logger="verl_search.eval.vllm_rollout"):
+    with caplog.at_level(logging.INFO, logger="verl_search.cpu.engine"):
         assert choose_engine("auto", str(tiny_qwen)) == "transformers"
     assert f"{tiny_qwen} has head size 16" in caplog.records[-1].getMessage()
     assert choose_engine("auto", str(tiny_qwen_hd64)) == "vllm"
@@ -77,10 +77,10 @@ def test_the_head_sizes_are_those_of_the_installed_vllm():
 
 
 def test_a_named_rollout_is_kept_without_a_warning(monkeypatch, caplog, tiny_qwen):
-    from verl_search.training.launch import cpu_overrides
+    from verl_search.cpu.overrides import cpu_overrides
 
     monkeypatch.setattr(vllm_cpu, "vllm_cpu_version", lambda: vllm_cpu.SUPPORTED_VLLM_CPU_VERSION)
-    with caplog.at_level(logging.WARNING, logger="verl_search.training.launch"):
+    with caplog.at_level(logging.WARNING, logger="verl_search.cpu.engine"):
         overrides = cpu_overrides([f"actor_rollout_ref.model.path={tiny_qwen}", "actor_rollout_ref.rollout.name=vllm"])
     assert "actor_rollout_ref.rollout.name=vllm" in overrides and not caplog.records
     assert "actor_rollout_ref.rollout.name=verl_search_cpu" in cpu_overrides([f"actor_rollout_ref.model.path={tiny_qwen}"])
