@@ -128,7 +128,7 @@ def test_the_cold_start_went_through_verls_sft_trainer_and_grpo_started_from_it(
     out, options = runs["out"], runs["report"]["meta"]["options"]
     summary = json.loads((out / "cold_start" / "cold_start.json").read_text())
     assert summary["examples"] == options["sft_examples"] and len(summary["losses"]) == summary["steps"] >= 1
-    assert "verl_search.quickstart.sft_main" in (out / "cold_start" / "sft.log").read_text()
+    assert "verl_search.training.sft_main" in (out / "cold_start" / "sft.log").read_text()
     assert (out / "cold_start" / "hf" / "config.json").is_file() and (out / "grpo" / "hf" / "config.json").is_file()
     train_log = (out / "grpo" / "train.log").read_text()
     model = re.search(r"actor_rollout_ref\.model\.path=(\S+)", train_log)

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from verl_search.eval.options import EvalOptions
-from verl_search.quickstart.progress import run_logged
+from verl_search.training.progress import run_logged
 from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
 
 logger = logging.getLogger(__name__)

@@ -266,10 +266,13 @@ class Quickstart:
         in_child(run_eval, for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name))
 
     def cold_start(self) -> None:
-        from verl_search.quickstart.cold_start import run_cold_start
+        from verl_search.training.cold_start import ColdStartOptions, run_cold_start
 
-        in_child(run_cold_start, self.base_model(), self.index, self.train_file, self.out / "cold_start", self.options,
-                 response_length(self.options))
+        o = self.options
+        settings = ColdStartOptions(examples=o.sft_examples, epochs=o.sft_epochs, batch_size=o.sft_batch_size, lr=o.sft_lr,
+                                    protocol=o.protocol, topk=o.topk, max_turns=o.max_turns,
+                                    max_obs_tokens=o.max_obs_tokens, response_length=response_length(o), seed=o.seed)
+        in_child(run_cold_start, self.base_model(), self.index, self.train_file, self.out / "cold_start", settings)
 
     def start_model(self) -> str:
         """GRPO's start: the cold-start model, or `--model` without a cold start."""
@@ -323,8 +326,8 @@ class Quickstart:
 
     def report(self, timings: dict[str, dict]) -> dict:
         """Write the report (always redone: it reads every stage's output)."""
-        from verl_search.quickstart.grpo_signal import read_rollouts, tokenizer_counter
-        from verl_search.quickstart.progress import logged_steps
+        from verl_search.training.grpo_signal import read_rollouts, tokenizer_counter
+        from verl_search.training.progress import logged_steps
         from verl_search.quickstart.report import load_probes, load_records, training_answer, write_report
 
         records = load_records(self.out)

@@ -13,8 +13,9 @@ folder (or an exported one) from its kept files, without running a stage:
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
+
+from verl_search.eval.compare import paired, paired_bootstrap
 
 #: step metrics of verl's file logger plotted when present: reward, response length, entropy, KL, loss
 CURVE_KEYS = ("critic/score/mean", "response_length/mean", "actor/entropy", "actor/kl_loss", "actor/pg_loss")
@@ -23,58 +24,6 @@ SEARCH_PREFIX = "search/"
 #: the control run's name (`verl-search quickstart --control`): GRPO on scores shuffled within each step; its
 #: folder, evaluation and probe are named after it, and the report compares it with GRPO's start model
 CONTROL = "grpo_control"
-
-
-def paired_bootstrap(before: list[float], after: list[float], samples: int = 10000, seed: int = 0) -> dict:
-    """Mean of `after - before` over paired questions, with a 95% percentile bootstrap interval
-    (questions resampled with replacement, `samples` times, `random.Random(seed)`).
-
-    Returns `{"n", "mean_diff", "ci95": [low, high], "better", "worse", "sign_p"}` (`better`/`worse`: pairs
-    where `after` is above/below `before`; `sign_p`: `sign_test` of those counts).
-
-    Raises:
-        ValueError: the lists differ in length or are empty.
-
-    >>> paired_bootstrap([0, 0, 0, 0], [1, 1, 1, 1])["ci95"]
-    [1.0, 1.0]
-    """
-    if len(before) != len(after) or not before:
-        raise ValueError(f"paired_bootstrap needs two equally long non-empty lists, got {len(before)} and {len(after)}")
-    diffs = [b - a for a, b in zip(before, after)]
-    n = len(diffs)
-    rng = random.Random(seed)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(samples))
-    low, high = means[int(0.025 * (samples - 1))], means[int(round(0.975 * (samples - 1)))]
-    better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
-    return {"n": n, "mean_diff": sum(diffs) / n, "ci95": [low, high], "better": better, "worse": worse,
-            "sign_p": sign_test(better, worse)}
-
-
-def sign_test(better: int, worse: int) -> float:
-    """Exact two-sided sign test: the probability, with ties left out and each changed pair equally likely to go
-    either way, of a split at least as uneven as `better` : `worse`.
-
-    >>> round(sign_test(3, 0), 3), sign_test(0, 0)
-    (0.25, 1.0)
-    """
-    from math import comb
-
-    n, k = better + worse, min(better, worse)
-    return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
-
-
-def paired(records_a: list[dict], records_b: list[dict], key: str, samples: int, seed: int) -> dict:
-    """`paired_bootstrap` of `key` over the question ids both record lists hold.
-
-    Raises:
-        ValueError: they share no question.
-    """
-    a = {r["id"]: float(r[key]) for r in records_a}
-    b = {r["id"]: float(r[key]) for r in records_b}
-    ids = sorted(a.keys() & b.keys())
-    if not ids:
-        raise ValueError(f"no question in common to compare {key!r} on")
-    return paired_bootstrap([a[i] for i in ids], [b[i] for i in ids], samples, seed)
 
 
 def _cell(entry: dict, key: str) -> str:
@@ -215,7 +164,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     """
     from verl_search.eval.baselines import by_shape, shape_table
     from verl_search.eval.report import summarize
-    from verl_search.quickstart.grpo_signal import section, step_signals
+    from verl_search.training.grpo_signal import section, step_signals
 
     summaries = {model: summarize(rows) for model, rows in records.items() if rows}
     names = list(summaries)
@@ -314,8 +263,8 @@ def rerender_report(out: Path, count_tokens=None) -> dict:
     Raises:
         FileNotFoundError: `out` has no `report.json`.
     """
-    from verl_search.quickstart.grpo_signal import read_rollouts
-    from verl_search.quickstart.progress import logged_steps
+    from verl_search.training.grpo_signal import read_rollouts
+    from verl_search.training.progress import logged_steps
 
     out = Path(out)
     if not (out / "report.json").is_file():
@@ -337,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     from verl_search.generation.models import model_folder
-    from verl_search.quickstart.grpo_signal import tokenizer_counter
+    from verl_search.training.grpo_signal import tokenizer_counter
 
     parser = argparse.ArgumentParser(prog="python -m verl_search.quickstart.report", description=rerender_report.__doc__)
     parser.add_argument("out", type=Path)

@@ -1,4 +1,4 @@
-"""Progress of the quickstart's trainer runs: a step bar (tqdm: step, rate, ETA) read from the
+"""Progress of a trainer run (the cold start, GRPO): a step bar (tqdm: step, rate, ETA) read from the
 metrics file verl's file logger writes (`VERL_FILE_LOGGER_PATH`), while the trainer's own output
 goes to a log file."""
 

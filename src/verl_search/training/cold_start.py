@@ -30,9 +30,37 @@ import logging
 import os
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ColdStartOptions:
+    """What `run_cold_start` trains on and how (`verl-search quickstart` builds it from its flags).
+
+    Attributes:
+        examples: trajectories, at most (training questions whose gold answer is in their top-`topk`).
+        epochs: passes of verl's SFT trainer over them; batch_size: trajectories per step; lr: learning rate.
+        protocol: `search_r1` or `research` (the trajectory's tags and answer form).
+        topk: passages per search; max_turns, max_obs_tokens: the protocol's limits the agent loop applies.
+        response_length: the response budget in tokens (prompt excluded) a trajectory must fit (the
+            quickstart's: max_turns x (tokens per turn + max_obs_tokens) + tokens per turn).
+        seed: of the order in which answerable questions are drawn.
+    """
+
+    examples: int = 32
+    epochs: int = 2
+    batch_size: int = 4
+    lr: float = 1e-4
+    protocol: Literal["search_r1", "research"] = "search_r1"
+    topk: int = 3
+    max_turns: int = 2
+    max_obs_tokens: int = 160
+    response_length: int = 512
+    seed: int = 0
 
 SEARCH_TURN = "<think> I need to look this up. </think>\n<search> {question} </search>"
 ANSWER_TURN = "<think> The passages answer it. </think>\n<answer> {answer} </answer>"
@@ -198,7 +226,7 @@ def sft_command(model: str, data: Path, out: Path, *, steps: int, batch_size: in
 
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-        "-m", "verl_search.quickstart.sft_main",
+        "-m", "verl_search.training.sft_main",
         f"model.path={model}", "model.use_remove_padding=false", "model.enable_gradient_checkpointing=false",
         "++model.override_config.attn_implementation=sdpa",
         "engine.strategy=fsdp2", "engine.model_dtype=fp32", f"++engine.mixed_precision={FP32}",
@@ -206,7 +234,7 @@ def sft_command(model: str, data: Path, out: Path, *, steps: int, batch_size: in
         f"data.train_files={data}", "data.val_files=null", "data.pad_mode=no_padding", "data.num_workers=0",
         f"data.train_batch_size={batch_size}", f"data.micro_batch_size_per_gpu={batch_size}",
         "data.use_dynamic_bsz=false", f"data.max_length={max_length}", "data.truncation=error",
-        "data.custom_cls.path=pkg://verl_search.quickstart.cold_start", "data.custom_cls.name=SearchTrajectoryDataset",
+        "data.custom_cls.path=pkg://verl_search.training.cold_start", "data.custom_cls.name=SearchTrajectoryDataset",
         f"optim.lr={lr}", "optim.lr_warmup_steps_ratio=0.0", "optim.weight_decay=0.0",
         f"trainer.total_training_steps={steps}", "trainer.total_epochs=1000", f"trainer.default_local_dir={out}",
         "trainer.logger=[console,file]", "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.save_freq=-1",
@@ -221,7 +249,7 @@ def run_sft(model: str, data: Path, out: Path, log: Path, metrics: Path, **setti
     Raises:
         RuntimeError: the trainer failed (the message names `log`).
     """
-    from verl_search.quickstart.progress import run_logged
+    from verl_search.training.progress import run_logged
     from verl_search.cpu.overrides import cpu_env
 
     command = sft_command(model, data, out, **settings)
@@ -235,7 +263,7 @@ def run_sft(model: str, data: Path, out: Path, log: Path, metrics: Path, **setti
 
 def sft_losses(metrics: Path) -> list[float]:
     """`train/loss` per step from verl's file logger output."""
-    from verl_search.quickstart.progress import logged_steps
+    from verl_search.training.progress import logged_steps
 
     steps = logged_steps(metrics)
     return [round(float(steps[s]["train/loss"]), 4) for s in sorted(steps) if "train/loss" in steps[s]]
@@ -252,10 +280,11 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options, response_length: int) -> Path:
-    """The cold start of `verl-search quickstart`: trajectories of up to `options.sft_examples`
-    answerable training questions, `options.sft_epochs` passes of verl's SFT trainer over them in
-    steps of `options.sft_batch_size`; return the Hugging Face folder `out/hf`.
+def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options: ColdStartOptions) -> Path:
+    """The cold start: trajectories of up to `options.examples` answerable training questions of
+    `train_file` (verl rows), retrieved from `index`, then `options.epochs` passes of verl's SFT trainer
+    over them in steps of `options.batch_size`, from `model` (a Hugging Face folder); return the Hugging
+    Face folder `out/hf`.
 
     Writes `out/trajectories.parquet`, `out/sft.log`, `out/metrics.jsonl` (verl's file logger),
     `out/ckpt/` (verl's checkpoints) and `out/cold_start.json` (examples, steps, losses, questions).
@@ -271,26 +300,26 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
     from verl_search.retrieval.loader import resolve_index
 
     out.mkdir(parents=True, exist_ok=True)
-    chosen = answerable_rows(read_rows(train_file), resolve_index(index).load(), options.topk, options.sft_examples,
+    chosen = answerable_rows(read_rows(train_file), resolve_index(index).load(), options.topk, options.examples,
                              options.seed)
-    if len(chosen) < options.sft_batch_size:
+    if len(chosen) < options.batch_size:
         raise ValueError(f"{len(chosen)} training questions have their answer in their top-{options.topk} passages, "
-                         f"fewer than --sft-batch-size {options.sft_batch_size}")
+                         f"fewer than one batch ({options.batch_size}; --sft-batch-size)")
     from verl_search.generation.models import end_of_sequence_ids
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     longest = write_trajectories(chosen, tokenizer, prompt_builder(model, tokenizer), out / "trajectories.parquet",
                                  max_turns=options.max_turns, max_obs_tokens=options.max_obs_tokens,
-                                 response_length=response_length, protocol=options.protocol,
+                                 response_length=options.response_length, protocol=options.protocol,
                                  end_ids=end_of_sequence_ids(tokenizer, model))
-    steps = options.sft_epochs * (len(chosen) // options.sft_batch_size)  # verl drops an incomplete last batch
+    steps = options.epochs * (len(chosen) // options.batch_size)  # verl drops an incomplete last batch
     metrics = out / "metrics.jsonl"
     folder = run_sft(model, out / "trajectories.parquet", out / "ckpt", out / "sft.log", metrics, steps=steps,
-                     batch_size=options.sft_batch_size, lr=options.sft_lr, max_length=longest)
+                     batch_size=options.batch_size, lr=options.lr, max_length=longest)
     target = out / "hf"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(folder, target)
-    summary = {"examples": len(chosen), "steps": steps, "batch_size": options.sft_batch_size, "lr": options.sft_lr,
+    summary = {"examples": len(chosen), "steps": steps, "batch_size": options.batch_size, "lr": options.lr,
                "losses": sft_losses(metrics), "questions": [row["extra_info"]["question"] for row, _ in chosen]}
     (out / "cold_start.json").write_text(json.dumps(summary, indent=1))
     return target

@@ -168,7 +168,7 @@ def signal_table(signals: list[dict]) -> str:
 
 def explain(signals: list[dict], comparison: dict | None = None) -> list[str]:
     """Sentences (markdown bullets) on what the steps' signal shows: the held-out verdict (`comparison`:
-    `report.paired_bootstrap` of cold start -> GRPO EM, or `None`), the groups without reward
+    `eval.compare.paired_bootstrap` of cold start -> GRPO EM, or `None`), the groups without reward
     variance, the steps whose every advantage was 0, entropy, KL, and the updates made."""
     lines = []
     if comparison:

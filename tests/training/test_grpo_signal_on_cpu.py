@@ -1,4 +1,4 @@
-"""The report's "Why GRPO moved / did not move" section (`verl_search.quickstart.grpo_signal`): the
+"""The report's "Why GRPO moved / did not move" section (`verl_search.training.grpo_signal`): the
 groups, zero-advantage groups, responses and loss tokens with a non-zero advantage per GRPO step,
 on hand-written rows and on the default run's exported files (docs/runs/quickstart_run: verl's metrics
 file and rollout dump of a real run), and the report re-rendered from those files without training."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_search.quickstart.grpo_signal import (
+from verl_search.training.grpo_signal import (
     explain,
     group_id,
     model_text,
@@ -21,7 +21,7 @@ from verl_search.quickstart.grpo_signal import (
     signal_table,
     step_signals,
 )
-from verl_search.quickstart.progress import logged_steps
+from verl_search.training.progress import logged_steps
 from verl_search.quickstart.report import rerender_report
 
 RUN = Path(__file__).resolve().parents[2] / "docs" / "runs" / "quickstart_run"

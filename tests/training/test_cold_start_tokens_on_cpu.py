@@ -19,7 +19,7 @@ from tests.verl_helpers import ScriptedLLM
 from verl_search.data.preprocess import write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
 from verl_search.verl_config.compose import compose_verl_config
-from verl_search.quickstart.cold_start import (
+from verl_search.training.cold_start import (
     ANSWER_TURN,
     RESEARCH_ANSWER_TURN,
     RESEARCH_SEARCH_TURN,

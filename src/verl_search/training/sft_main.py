@@ -1,6 +1,6 @@
 """verl's SFT trainer (`verl.trainer.sft_trainer.SFTTrainer`) on the CPU, one process.
 
-    python -m torch.distributed.run --standalone --nproc_per_node=1 -m verl_search.quickstart.sft_main OVERRIDES...
+    python -m torch.distributed.run --standalone --nproc_per_node=1 -m verl_search.training.sft_main OVERRIDES...
 
 with `VERL_USE_EXTERNAL_MODULES=verl_search.cpu.plugin` and `VERL_PLATFORM=cpu`. It does
 what `python -m verl.trainer.sft_trainer` does (compose `sft_trainer_engine.yaml` with the
