@@ -4,7 +4,9 @@
   `/health` lists the replicas, requests spread over both, and a replica killed (`ray.kill`) under
   64 concurrent tool-client callers costs no failed call (client retries + Serve's restart).
 - `/sharded`: a 2-shard dense (Flat) index: 2 shard deployments + a front that encodes and merges;
-  its hits equal the unsharded index's, scores and ids.
+  its hits equal the unsharded index's, scores and ids. A shard replica killed under load: every answer is
+  the whole index's or a 503 (the lost shard; never a merge of the shard left, never a 500), and Serve's
+  replacement answers within 30 s.
 - `/hybrid`: a hybrid index (BM25 + MiniLM) whose dense half is 2 shards: 2 shard deployments + a front that
   fuses BM25 with the shards' merged top-k; its hits equal the unsharded hybrid index's.
 - The apps answer `POST /access` (page access) as the plain server over the whole mini corpus does (the dense
@@ -222,3 +224,44 @@ def test_killed_replica_costs_no_failed_call(cluster):
             break
         time.sleep(1)
     assert health["replicas"] == {"retriever": 2}
+
+
+def test_a_killed_shard_replica_gives_503s_never_a_partial_answer(cluster, dense_retriever):
+    """4 plain callers (no retries) for ~8 s on the sharded app; shard-1's only replica is killed after 1.5 s."""
+    url = cluster["sharded"]
+    expected = {q: [h.passage.id for h in hits] for q, hits in zip(QUESTIONS, dense_retriever.search(QUESTIONS, 5))}
+    victim = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if "sharded#shard-1#" in a["name"])
+
+    async def caller(i: int, stop_at: float, outcomes: list):
+        async with httpx.AsyncClient(timeout=90) as http:
+            while time.monotonic() < stop_at:
+                question = QUESTIONS[i % len(QUESTIONS)]
+                response = await http.post(f"{url}/retrieve", json={"queries": [question], "topk": 5})
+                ids = [h["document"]["id"] for h in response.json()["result"][0]] if response.status_code == 200 else None
+                outcomes.append((time.monotonic(), response.status_code, ids == expected[question]))
+                i += 4
+
+    async def load():
+        outcomes: list = []
+        stop_at = time.monotonic() + 8.0
+        callers = asyncio.gather(*[caller(i, stop_at, outcomes) for i in range(4)])
+        await asyncio.sleep(1.5)
+        killed_at = time.monotonic()
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        await callers
+        return outcomes, killed_at
+
+    outcomes, killed_at = asyncio.run(load())
+    statuses = [status for _, status, _ in outcomes]
+    assert set(statuses) <= {200, 503}, statuses  # the lost shard is a 503, never a 500
+    assert all(exact for _, status, exact in outcomes if status == 200)  # every answer is the whole index's
+    print(f"{statuses.count(200)} answered, {statuses.count(503)} 503")  # shown with -s
+    deadline = killed_at + 30
+    while time.monotonic() < deadline:  # Serve replaces the replica; the app answers exactly again
+        response = httpx.post(f"{url}/retrieve", json={"queries": [QUESTIONS[0]], "topk": 5}, timeout=30)
+        if response.status_code == 200:
+            break
+        time.sleep(0.5)
+    assert response.status_code == 200 and [h["document"]["id"] for h in response.json()["result"][0]] == expected[QUESTIONS[0]]
+    with pytest.raises(ValueError):  # the victim really died
+        ray.get_actor(victim, namespace="serve")

@@ -6,6 +6,7 @@ import threading
 import httpx
 import pytest
 
+from verl_search.retrieval.base import RetrieverUnavailableError
 from verl_search.server.app import create_app
 from verl_search.server.health import wait_until_ready
 from verl_search.server.settings import ServerSettings
@@ -144,6 +145,37 @@ def test_failed_load_is_reported_by_health():
     with pytest.raises(RuntimeError, match="failed to load its index: FileNotFoundError: no such index"):
         server.start()
     server.stop()
+
+
+class _LosesAShardOnce:
+    """A retriever whose first search fails as a sharded one does when a shard replica is lost."""
+
+    def __init__(self, retriever):
+        self.kind, self.num_passages, self._retriever, self.failed = "dense", retriever.num_passages, retriever, 0
+
+    def search(self, queries, topk):
+        if not self.failed:
+            self.failed += 1
+            raise RetrieverUnavailableError("shard 1 of 2 did not answer (RayActorError); retry shortly")
+        return self._retriever.search(queries, topk)
+
+
+def test_a_lost_shard_is_a_503_with_retry_after_and_the_retry_is_answered(bm25_retriever):
+    from verl_search.tools.client import SearchClientConfig, search
+
+    flaky = _LosesAShardOnce(bm25_retriever)
+    with ThreadServer(create_app(flaky)) as server:
+        lost = post(server, {"queries": ["Lilu"], "topk": 3})
+        assert lost.status_code == 503 and lost.headers["retry-after"] == "1"
+        assert lost.json() == {"detail": "shard 1 of 2 did not answer (RayActorError); retry shortly"}
+        answered = post(server, {"queries": ["Lilu"], "topk": 3})
+        assert answered.status_code == 200
+        assert answered.json()["result"][0] == [
+            {"document": {"id": h.passage.id, "contents": h.passage.contents}, "score": pytest.approx(h.score)}
+            for h in bm25_retriever.search(["Lilu"], 3)[0]]
+        flaky.failed = 0  # the tool's client retries a 503 and gets the answer
+        outcome = asyncio.run(search(["Lilu"], SearchClientConfig(retrieval_service_url=f"{server.url}/retrieve")))
+        assert outcome.error is None and outcome.attempts == 2
 
 
 async def _concurrent(url, queries, topk=3):

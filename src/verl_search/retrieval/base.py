@@ -59,6 +59,12 @@ class Hit:
     score: float
 
 
+class RetrieverUnavailableError(RuntimeError):
+    """A part of the retriever cannot answer now (a shard replica lost with its node, a shard that timed
+    out): the whole search fails and may be retried; a search never answers from the shards that are
+    left. The retrieval server answers it with 503 and `Retry-After`."""
+
+
 @runtime_checkable
 class Retriever(Protocol):
     """What the server and the evaluation code need from a retriever.

@@ -9,7 +9,7 @@ The app's components (settings, query cache, retriever, micro-batcher, corpus pa
 `server.service.RetrievalService` at `app.state.service`; every route receives what it uses through
 FastAPI's `Depends` (`ready_batcher`, `get_cache`, `get_settings`, `get_service`), so a test swaps any
 of them with `app.dependency_overrides`. The `/retrieve` body is read and validated by
-`parse_retrieve_request` (one pydantic-core call), not by a FastAPI body parameter.
+`validation.parse_retrieve_request` (one pydantic-core call), not by a FastAPI body parameter.
 
 Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `POST /batch_search` and
 `POST /search` (FlashRAG's, which ReSearch's rollout calls; see `server.flashrag`), `GET /health`,
@@ -20,32 +20,28 @@ Under faults: a request whose client disconnects before its batch runs is droppe
 handler watches for the ASGI disconnect and cancels its job); after `RetrievalService.drain()`
 (SIGTERM in `server.serve`) new requests get 503 + `Retry-After` while those in flight are
 answered; a 422 is never turned into a 500 by what it echoes (NaN, lone surrogates, 1 MB strings
-are made safe).
+are made safe); a shard that cannot answer is a 503 (`validation`, the one home of requests and their errors).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from verl_search.retrieval.base import RetrieverUnavailableError
 from verl_search.server.access import CorpusPages, add_access_route
 from verl_search.server.batcher import MicroBatcher
-from verl_search.server.bodies import openapi_body, parse_body, read_body
 from verl_search.server.cache import QueryCache
 from verl_search.server.flashrag import add_flashrag_routes
-from verl_search.server.limits import check_retrieve_limits
-from verl_search.server.schemas import HealthResponse, RetrieveRequest, RetrieveResponse, encode_retrieve_response
+from verl_search.server.schemas import HealthResponse, RetrieveResponse, encode_retrieve_response
 from verl_search.server.service import (
     RetrievalService,
     RetrieverSource,
@@ -55,6 +51,14 @@ from verl_search.server.service import (
     ready_batcher,
 )
 from verl_search.server.settings import ServerSettings
+from verl_search.server.validation import (
+    RETRIEVE_REQUEST_OPENAPI,
+    check_retrieve_limits,
+    parse_retrieve_request,
+    read_body,
+    retriever_unavailable,
+    validation_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,44 +76,6 @@ class _StampArrival:
     async def __call__(self, scope, receive, send):
         scope[ARRIVAL_KEY] = time.perf_counter()
         await self.app(scope, receive, send)
-
-
-#: the OpenAPI request body of `/retrieve` (the route reads the body itself, see `parse_retrieve_request`)
-RETRIEVE_REQUEST_OPENAPI = openapi_body(RetrieveRequest)
-
-
-def parse_retrieve_request(body: bytes) -> RetrieveRequest:
-    """A `/retrieve` body, validated by pydantic straight from the JSON bytes (`bodies.parse_body`).
-
-    Raises:
-        RequestValidationError: a 422 shaped like FastAPI's own, for bad JSON or a broken contract.
-    """
-    return parse_body(RetrieveRequest, body)
-
-
-def _json_safe(value, limit: int = 200):
-    """`value` made encodable as strict ASCII JSON: non-finite floats become strings, long strings and
-    containers are cut to `limit` characters / items (a 1 MB query is not echoed back in a 422)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, str):
-        return value if len(value) <= limit else value[:limit] + "..."
-    if isinstance(value, dict):
-        return {_json_safe(str(k), limit): _json_safe(v, limit) for k, v in list(value.items())[:limit]}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v, limit) for v in list(value)[:limit]]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return _json_safe(repr(value), limit)
-
-
-async def validation_error(request: Request | None, exc: RequestValidationError) -> Response:
-    """FastAPI's 422 body (`{"detail": [{"loc", "msg", "type", "input", ...}]}`), but never a 500:
-    the echoed input may hold NaN, infinities or lone surrogates, which FastAPI's own handler
-    cannot encode. Encoded as ASCII JSON (surrogates as `\\udXXX` escapes)."""
-    detail = _json_safe(jsonable_encoder(exc.errors(), custom_encoder={float: lambda f: f}))
-    return Response(json.dumps({"detail": detail}, ensure_ascii=True), status_code=422, media_type="application/json")
-
 
 
 def create_app(
@@ -154,6 +120,7 @@ def create_app(
     )
     app.state.service = service
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(RetrieverUnavailableError, retriever_unavailable)
     app.add_middleware(_StampArrival)
     app.post(RETRIEVE_PATH, response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI)(retrieve)
     app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})(health)

@@ -26,9 +26,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from verl_search.server.batcher import MicroBatcher
-from verl_search.server.bodies import openapi_body, parse_body, read_body
 from verl_search.server.cache import QueryCache
-from verl_search.server.limits import check_limits
 from verl_search.server.service import (
     RetrievalService,
     get_cache,
@@ -37,6 +35,7 @@ from verl_search.server.service import (
     ready_batcher,
 )
 from verl_search.server.settings import ServerSettings
+from verl_search.server.validation import check_limits, openapi_body, parse_body, read_body
 
 FLASHRAG_TOP_N = 10
 """FlashRAG's default `top_n`."""

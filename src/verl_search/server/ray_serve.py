@@ -38,6 +38,7 @@ import threading
 import ray
 from ray import serve
 
+from verl_search.retrieval.base import RetrieverUnavailableError
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.loader import IndexSpec
 from verl_search.retrieval.rerank import RerankOptions
@@ -70,13 +71,22 @@ def remote_shards(handles: list) -> SearchShards:
     """A `retrieval.shards.SearchShards` fan-out over shard deployments: every shard is asked at
     once, then the answers are collected (call from a plain thread, e.g. the batch worker). Each
     handle prefers a shard replica on this node (`_init(_prefer_local_routing=True)`, Ray 2.60's
-    way to set what `options(_prefer_local_routing=...)` did), then any replica."""
+    way to set what `options(_prefer_local_routing=...)` did), then any replica. A shard that fails or
+    does not answer within `SHARD_TIMEOUT_S` fails the whole search (`RetrieverUnavailableError`:
+    503 to the client), never a merge of the other shards' answers."""
     for handle in handles:
         handle._init(_prefer_local_routing=True)
 
     def search_shards(vectors, topk):
         responses = [handle.search.remote(vectors, topk) for handle in handles]
-        return [response.result(timeout_s=SHARD_TIMEOUT_S) for response in responses]
+        answers = []
+        for shard, response in enumerate(responses):
+            try:
+                answers.append(response.result(timeout_s=SHARD_TIMEOUT_S))
+            except Exception as exc:  # a replica lost with its node, a timeout: no merge of the shards left
+                raise RetrieverUnavailableError(f"shard {shard} of {len(handles)} did not answer "
+                                                f"({type(exc).__name__}); retry shortly") from exc
+        return answers
 
     return search_shards
 

@@ -27,9 +27,15 @@ from fastapi.responses import JSONResponse, Response
 
 from verl_search.runtime.env import read_env
 from verl_search.server.access import ACCESS_PATH, check_access_request, encode_access_response
-from verl_search.server.app import RETRIEVE_PATH, RETRIEVE_REQUEST_OPENAPI, check_retrieve_limits, parse_retrieve_request, validation_error
+from verl_search.server.app import RETRIEVE_PATH
 from verl_search.server.schemas import AccessRequest, AccessResponse, HealthResponse, RetrieveResponse, encode_retrieve_response
 from verl_search.server.settings import ServerSettings
+from verl_search.server.validation import (
+    RETRIEVE_REQUEST_OPENAPI,
+    check_retrieve_limits,
+    parse_retrieve_request,
+    validation_error,
+)
 from verl_search.server.web.backend import WebBackend
 from verl_search.server.web.options import WebOptions
 from verl_search.server.web.upstream import UpstreamError
