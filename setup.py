@@ -50,12 +50,10 @@ setup(
     # the wheel fails CI, not a user
     package_dir={"": "src"},
     packages=find_packages("src", include=["verl_search", "verl_search.*"]),
-    package_data={"verl_search.tool_configs": ["*.yaml"], "verl_search.agent_loop": ["*.yaml"],
-                  # the quickstart's mini-wiki corpus and questions (gzip JSONL) with their attribution
-                  "verl_search.datasets.mini_wiki": ["*.jsonl.gz", "README.md"],
-                  # the quickstart's GRPO recipe: a link to examples/grpo_qwen2.5-3b-base_search_r1/config.yaml,
-                  # copied into the wheel so the quickstart runs from any directory
-                  "verl_search.quickstart": ["*.yaml"]},
+    # the shipped YAMLs (tool configs, agent loops, and the quickstart's GRPO recipe: a link to
+    # examples/grpo_qwen2.5-3b-base_search_r1/config.yaml, copied into the wheel so the quickstart runs from any
+    # directory); the quickstart's mini-wiki corpus and questions (gzip JSONL) with their attribution
+    package_data={"verl_search.configs": ["*.yaml"], "verl_search.datasets.mini_wiki": ["*.jsonl.gz", "README.md"]},
     install_requires=[
         # the retrieval service and index builder (BM25)
         "fastapi",

@@ -316,7 +316,7 @@ def grpo_part(args, folder: str) -> None:
     from verl_search.quickstart.data import corpus_path, split_rows
     from verl_search.quickstart.grpo import grpo_overrides, shipped_recipe
     from verl_search.quickstart.options import QuickstartOptions, protocol_options
-    from verl_search.quickstart.progress import logged_steps
+    from verl_search.training.progress import logged_steps
     from verl_search.retrieval.index_builder import BuildOptions, build_index
     from verl_search.cpu import vllm_cpu
 

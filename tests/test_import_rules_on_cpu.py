@@ -44,7 +44,7 @@ MAY_IMPORT = {
     "eval": ("cpu", "data", "datasets", "generation", "protocol", "retrieval", "rewards", "server", "verl_config"),
     "quickstart": ("cpu", "data", "datasets", "eval", "generation", "retrieval", "rewards", "runtime", "server",
                    "training", "verl_config"),
-    "tool_configs": (),
+    "configs": (),
 }
 #: the HTTP libraries (a retriever knows none of them)
 HTTP = ("fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "requests")

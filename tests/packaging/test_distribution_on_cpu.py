@@ -61,12 +61,12 @@ def test_wheel_holds_every_package_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = sorted(_package_files() - names)
     assert not missing, f"{wheel.name} lacks {missing}"
-    assert "verl_search/tool_configs/search_tool_config.yaml" in names
-    assert "verl_search/agent_loop/agent_loops.yaml" in names
+    assert "verl_search/configs/search_tool_config.yaml" in names
+    assert "verl_search/configs/agent_loops.yaml" in names
     assert {"verl_search/datasets/mini_wiki/corpus.jsonl.gz", "verl_search/datasets/mini_wiki/qa.jsonl.gz",
             "verl_search/datasets/mini_wiki/README.md"} <= names  # the data and its licences
     # the quickstart's GRPO recipe: in the source a link to the example recipe, in the wheel its content
-    recipe = zipfile.ZipFile(wheel).read("verl_search/quickstart/grpo_qwen2.5-3b-base_search_r1.yaml")
+    recipe = zipfile.ZipFile(wheel).read("verl_search/configs/grpo_qwen2.5-3b-base_search_r1.yaml")
     assert recipe == (REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" / "config.yaml").read_bytes()
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "verl-search = verl_search.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -79,7 +79,7 @@ def test_sdist_holds_every_package_file(sdist):
     assert not missing, f"{sdist.name} lacks {missing}"
     assert {"setup.py", "pyproject.toml", "README.md"} <= names
     with tarfile.open(sdist) as archive:
-        recipe = next(m for m in archive.getmembers() if m.name.endswith("quickstart/grpo_qwen2.5-3b-base_search_r1.yaml"))
+        recipe = next(m for m in archive.getmembers() if m.name.endswith("configs/grpo_qwen2.5-3b-base_search_r1.yaml"))
         assert recipe.isfile(), "the sdist holds the quickstart's recipe as a link, not a file"
         assert archive.extractfile(recipe).read() == (REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" /
                                                       "config.yaml").read_bytes()

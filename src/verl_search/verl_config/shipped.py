@@ -9,9 +9,9 @@ from __future__ import annotations
 from importlib import resources
 
 SHIPPED = {
-    "tool": ("verl_search.tool_configs", "search_tool_config.yaml"),
-    "access-tool": ("verl_search.tool_configs", "access_tool_config.yaml"),  # SearchTool + AccessTool
-    "agent-loop": ("verl_search.agent_loop", "agent_loops.yaml"),
+    "tool": ("verl_search.configs", "search_tool_config.yaml"),
+    "access-tool": ("verl_search.configs", "access_tool_config.yaml"),  # SearchTool + AccessTool
+    "agent-loop": ("verl_search.configs", "agent_loops.yaml"),
 }
 
 
