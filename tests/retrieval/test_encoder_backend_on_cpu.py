@@ -37,6 +37,22 @@ def test_backend_is_recorded_and_chosen_per_serve(dense_index):
     assert default.fingerprint() != other.fingerprint()  # cached answers never cross backends
 
 
+def test_a_torch_index_is_served_on_openvino_where_its_extra_is_installed_on_a_cpu(dense_index, monkeypatch):
+    # the extra's modules and the device are stood in for (openvino is not installed here; the run with the real
+    # runtime: test_openvino_backend_serves_the_torch_index_with_the_same_hits, where it is)
+    from verl_search.retrieval import encoder
+
+    monkeypatch.setattr(encoder, "_missing_modules", lambda backend: [])
+    monkeypatch.setattr(encoder, "default_device", lambda: "cpu")
+    assert resolve_index(dense_index).encoder.backend == "openvino"
+    assert resolve_index(dense_index, encoder_backend="torch").encoder.backend == "torch"  # named: kept
+    monkeypatch.setattr(encoder, "default_device", lambda: "cuda")
+    assert resolve_index(dense_index).encoder.backend == "torch"  # a GPU: torch on it
+    monkeypatch.setattr(encoder, "default_device", lambda: "cpu")
+    monkeypatch.setattr(encoder, "_missing_modules", lambda backend: ["openvino", "optimum.intel"])
+    assert resolve_index(dense_index).encoder.backend == "torch"  # without the extra: the index's
+
+
 def test_build_and_serve_offer_exactly_the_backends_the_encoder_knows():
     from verl_search.server.serve import ServeOptions
 

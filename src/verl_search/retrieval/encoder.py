@@ -106,10 +106,8 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _require_backend(backend: str) -> None:
-    """Raise ValueError for an unknown backend, ImportError naming the extra for a missing runtime."""
-    if backend not in BACKENDS:
-        raise ValueError(f"encoder backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+def _missing_modules(backend: str) -> list[str]:
+    """The modules `backend` needs (`BACKENDS`) that are not installed here."""
     import importlib.util
 
     def missing(name: str) -> bool:
@@ -118,7 +116,30 @@ def _require_backend(backend: str) -> None:
         except ModuleNotFoundError:  # the parent package (optimum) is missing
             return True
 
-    absent = [name for name in BACKENDS[backend] if missing(name)]
+    return [name for name in BACKENDS[backend] if missing(name)]
+
+
+def query_backend(built_with: str) -> str:
+    """The query encoder's runtime when `serve` names none: `openvino` where the index was built with `torch`,
+    the `[openvino]` extra is installed and torch sees no GPU, else `built_with` (the manifest's).
+
+    OpenVINO answered one client 2.5 times as fast as torch on MiniLM on 2 CPU cores, with the same gold-title
+    hit@5 on 500 questions (docs/benchmarks/one-client-peer.md); its query vectors are checked against the
+    index's stored vectors when the index loads (`dense.verify_backend`: cosine >= 0.99). `--encoder-backend
+    torch` keeps the index's runtime.
+    """
+    if built_with != "torch" or _missing_modules("openvino") or default_device() != "cpu":
+        return built_with
+    logger.info("query encoder: openvino (the [openvino] extra is installed; --encoder-backend torch keeps the "
+                "index's torch)")
+    return "openvino"
+
+
+def _require_backend(backend: str) -> None:
+    """Raise ValueError for an unknown backend, ImportError naming the extra for a missing runtime."""
+    if backend not in BACKENDS:
+        raise ValueError(f"encoder backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+    absent = _missing_modules(backend)
     if absent:
         extra = "openvino" if backend == INT8_BACKEND else backend  # the [openvino] extra carries int8's nncf too
         raise ImportError(f"encoder backend {backend!r} needs {', '.join(absent)}: {install_line(extra)}")

@@ -27,7 +27,7 @@ from verl_search.datasets import resolve_corpus
 from verl_search.runtime.env import read_env
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.corpus import JsonlCorpus, corpus_bytes, file_sha256, scan_corpus
-from verl_search.retrieval.encoder import EncoderSettings
+from verl_search.retrieval.encoder import EncoderSettings, query_backend
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.rerank import RerankOptions
 from verl_search.retrieval.manifest import (
@@ -227,8 +227,10 @@ def resolve_index(
         query_prefix, passage_prefix: override the encoder prefixes (Search-R1 layout only;
             default: e5 prefixes for an e5 folder).
         encoder_backend: run the query encoder on this backend (`torch`, `onnx`, `openvino`, `openvino-int8`);
-            default: the manifest's (`torch` for the Search-R1 layout). Another backend than the
-            index's is checked against its stored vectors when it loads (`verify_backend`).
+            default: `encoder.query_backend` of the manifest's (OpenVINO on a CPU machine with the `[openvino]`
+            extra for an index built with torch, else the manifest's; `torch` for the Search-R1 layout).
+            Another backend than the index's is checked against its stored vectors when it loads
+            (`verify_backend`).
 
     Raises:
         FileNotFoundError: a path does not exist, or the folder is not a finished index.
@@ -239,7 +241,7 @@ def resolve_index(
         raise FileNotFoundError(f"index {index_path} does not exist; build one with `verl-search index build`")
     if index_path.is_file():
         return _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix,
-                                   encoder_backend or "torch")
+                                   encoder_backend or query_backend("torch"))
 
     manifest = Manifest.read(index_path)
     corpus_path = (resolve_corpus(corpus) if corpus else Path(manifest.corpus.path)).resolve()
@@ -279,7 +281,7 @@ def resolve_index(
             )
         check_encoder_matches(manifest, encoder_path, built.dim)
         spec.encoder = EncoderSettings(**{**built.settings_fields(), "path": str(encoder_path),
-                                          "backend": encoder_backend or built.backend})
+                                          "backend": encoder_backend or query_backend(built.backend)})
     return spec
 
 

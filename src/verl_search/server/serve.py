@@ -42,7 +42,8 @@ class ServeOptions:
         cpu: keep the faiss index on the CPU even if GPUs are visible (default: GPUs when present).
         verify_corpus: check the corpus SHA-256 against the manifest (reads the whole corpus).
         encoder_backend: dense: the query encoder's runtime (`torch`, `onnx`, `openvino`, `openvino-int8`; default
-            the one recorded in the manifest). Another one is checked when the index loads.
+            the manifest's, or `openvino` for a torch-built index where the `[openvino]` extra is installed
+            and no GPU is visible: `retrieval.encoder.query_backend`). Another one is checked when the index loads.
         encoder_threads: dense on CPU: threads of the query encoder, torch's or OpenVINO's (default:
             the runtime's own, one per core); >= 1, else ValueError before the port is bound.
         log_level: uvicorn's log level (default `info`).
@@ -65,7 +66,8 @@ class ServeOptions:
     cpu: bool = field(default=False, metadata={"help": "keep the faiss index on the CPU even if GPUs are visible"})
     verify_corpus: bool = field(default=False, metadata={"help": "check the corpus SHA-256 against the manifest"})
     encoder_backend: EncoderBackend | None = field(default=None, metadata={
-        "help": "dense: query encoder runtime (default: the manifest's); another one is checked against the index"})
+        "help": "dense: query encoder runtime (default: the manifest's, or openvino for a torch-built index where "
+                "the [openvino] extra is installed on a CPU machine); another one is checked against the index"})
     encoder_threads: int | None = field(default=None, metadata={
         "help": "dense: CPU threads of the query encoder, torch or OpenVINO (default: the runtime's, one per core)"})
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
