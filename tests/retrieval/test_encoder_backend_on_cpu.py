@@ -49,6 +49,9 @@ def test_a_torch_index_is_served_on_openvino_where_its_extra_is_installed_on_a_c
     monkeypatch.setattr(encoder, "default_device", lambda: "cuda")
     assert resolve_index(dense_index).encoder.backend == "torch"  # a GPU: torch on it
     monkeypatch.setattr(encoder, "default_device", lambda: "cpu")
+    # an index that does not store its vectors cannot be checked against another backend: the index's
+    assert [encoder.query_backend("torch", f) for f in ("Flat", "HNSW32", "IVF256,Flat", "PQ16", None)] == [
+        "openvino", "openvino", "torch", "torch", "torch"]
     monkeypatch.setattr(encoder, "_missing_modules", lambda backend: ["openvino", "optimum.intel"])
     assert resolve_index(dense_index).encoder.backend == "torch"  # without the extra: the index's
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import yaml
 
 from verl_search.eval.options import EvalOptions
-from verl_search.training.progress import run_logged
 from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
+from verl_search.training.progress import run_logged
 
 logger = logging.getLogger(__name__)
 

@@ -119,16 +119,19 @@ def _missing_modules(backend: str) -> list[str]:
     return [name for name in BACKENDS[backend] if missing(name)]
 
 
-def query_backend(built_with: str) -> str:
+def query_backend(built_with: str, faiss_factory: str | None) -> str:
     """The query encoder's runtime when `serve` names none: `openvino` where the index was built with `torch`,
-    the `[openvino]` extra is installed and torch sees no GPU, else `built_with` (the manifest's).
+    its faiss index stores its vectors (`faiss_factory` `Flat` or `HNSW...`, not IVF/PQ/SQ: the check below
+    reads them), the `[openvino]` extra is installed and torch sees no GPU; else `built_with` (the manifest's).
 
-    OpenVINO answered one client 2.5 times as fast as torch on MiniLM on 2 CPU cores, with the same gold-title
-    hit@5 on 500 questions (docs/benchmarks/one-client-peer.md); its query vectors are checked against the
-    index's stored vectors when the index loads (`dense.verify_backend`: cosine >= 0.99). `--encoder-backend
-    torch` keeps the index's runtime.
+    OpenVINO answered one client with 2.7 times the queries/s of torch on MiniLM on 2 CPU cores, with the same
+    gold-title hit@5 on 500 questions (docs/benchmarks/one-client-peer.md); its passage vectors are checked
+    against the index's stored vectors when the index loads (`dense.verify_backend`: cosine >= 0.99).
+    `--encoder-backend torch` keeps the index's runtime.
     """
-    if built_with != "torch" or _missing_modules("openvino") or default_device() != "cpu":
+    factory = (faiss_factory or "").upper()
+    stores_vectors = bool(factory) and not any(kind in factory for kind in ("IVF", "PQ", "SQ", "LSH"))
+    if built_with != "torch" or not stores_vectors or _missing_modules("openvino") or default_device() != "cpu":
         return built_with
     logger.info("query encoder: openvino (the [openvino] extra is installed; --encoder-backend torch keeps the "
                 "index's torch)")

@@ -228,7 +228,7 @@ def resolve_index(
             default: e5 prefixes for an e5 folder).
         encoder_backend: run the query encoder on this backend (`torch`, `onnx`, `openvino`, `openvino-int8`);
             default: `encoder.query_backend` of the manifest's (OpenVINO on a CPU machine with the `[openvino]`
-            extra for an index built with torch, else the manifest's; `torch` for the Search-R1 layout).
+            extra for a Flat or HNSW index built with torch, else the manifest's; `torch` for the Search-R1 layout).
             Another backend than the index's is checked against its stored vectors when it loads
             (`verify_backend`).
 
@@ -241,7 +241,7 @@ def resolve_index(
         raise FileNotFoundError(f"index {index_path} does not exist; build one with `verl-search index build`")
     if index_path.is_file():
         return _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix,
-                                   encoder_backend or query_backend("torch"))
+                                   encoder_backend or "torch")
 
     manifest = Manifest.read(index_path)
     corpus_path = (resolve_corpus(corpus) if corpus else Path(manifest.corpus.path)).resolve()
@@ -281,7 +281,7 @@ def resolve_index(
             )
         check_encoder_matches(manifest, encoder_path, built.dim)
         spec.encoder = EncoderSettings(**{**built.settings_fields(), "path": str(encoder_path),
-                                          "backend": encoder_backend or query_backend(built.backend)})
+                                          "backend": encoder_backend or query_backend(built.backend, manifest.faiss_factory)})
     return spec
 
 

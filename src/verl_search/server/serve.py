@@ -42,8 +42,8 @@ class ServeOptions:
         cpu: keep the faiss index on the CPU even if GPUs are visible (default: GPUs when present).
         verify_corpus: check the corpus SHA-256 against the manifest (reads the whole corpus).
         encoder_backend: dense: the query encoder's runtime (`torch`, `onnx`, `openvino`, `openvino-int8`; default
-            the manifest's, or `openvino` for a torch-built index where the `[openvino]` extra is installed
-            and no GPU is visible: `retrieval.encoder.query_backend`). Another one is checked when the index loads.
+            the manifest's, or `openvino` for a torch-built Flat or HNSW index where the `[openvino]` extra is
+            installed and no GPU is visible: `retrieval.encoder.query_backend`). Another one is checked when the index loads.
         encoder_threads: dense on CPU: threads of the query encoder, torch's or OpenVINO's (default:
             the runtime's own, one per core); >= 1, else ValueError before the port is bound.
         log_level: uvicorn's log level (default `info`).

@@ -34,8 +34,6 @@ from verl_search.server.settings import ServerSettings
 Model = TypeVar("Model", bound=BaseModel)
 
 
-
-
 async def read_body(receive) -> bytes | None:
     """The whole request body from ASGI `receive`, or None if the client disconnected first."""
     chunks = []

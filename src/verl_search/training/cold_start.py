@@ -249,8 +249,8 @@ def run_sft(model: str, data: Path, out: Path, log: Path, metrics: Path, **setti
     Raises:
         RuntimeError: the trainer failed (the message names `log`).
     """
-    from verl_search.training.progress import run_logged
     from verl_search.cpu.overrides import cpu_env
+    from verl_search.training.progress import run_logged
 
     command = sft_command(model, data, out, **settings)
     env = {**cpu_env(), "VERL_FILE_LOGGER_PATH": str(metrics)}
