@@ -1,5 +1,5 @@
 """Property-based fuzzing of `POST /access` on a real uvicorn server over the real mini corpus, and of the web
-backend's `/retrieve` and `/access` against the local fake of the web APIs (`tests/web/fake_apis.py`; the paid
+backend's `/retrieve` and `/access` against the local fake of the web APIs (`tests/server/web/fake_apis.py`; the paid
 APIs cannot be called here): random JSON, lone surrogates, NUL, long strings: never a 5xx."""
 
 import json
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import MINI_CORPUS
 from tests.reliability.test_fuzz_retrieve_on_cpu import ANY_TEXT, BODIES, FUZZ, JSON_VALUES, check
-from tests.web.fake_apis import SEARCH_KEY, FakeWeb
+from tests.server.web.fake_apis import SEARCH_KEY, FakeWeb
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup
 from verl_search.server.access import CorpusPages

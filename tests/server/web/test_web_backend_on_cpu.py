@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.server import peer_clients
-from tests.web.fake_apis import READER_KEY, SEARCH_KEY, FakeWeb
+from tests.server.web.fake_apis import READER_KEY, SEARCH_KEY, FakeWeb
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig, search
 from verl_search.server.local import SubprocessServer, ThreadServer
