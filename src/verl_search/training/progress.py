@@ -35,14 +35,17 @@ def run_logged(command: list[str], env: dict, log: Path, metrics: Path, total: i
         sink.write("$ " + " ".join(command) + "\n")
         sink.flush()
         process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        drawn = time.monotonic()
         try:
             while process.poll() is None:
                 time.sleep(2)
                 done = min(max(logged_steps(metrics), default=0), total)
                 if done > bar.n:
                     bar.update(done - bar.n)
-                elif time.time() - bar.last_print_t > REFRESH_S:
-                    bar.refresh()  # the elapsed time moves on between steps
+                    drawn = time.monotonic()
+                elif time.monotonic() - drawn > REFRESH_S:
+                    bar.refresh()  # the elapsed time moves on between steps (a line per redraw in a log)
+                    drawn = time.monotonic()
         except BaseException:  # Ctrl-C or an error here: stop the trainer too, its checkpoints stay
             process.terminate()
             try:
