@@ -185,12 +185,13 @@ def _recipe_checks_pass(recipe: str, overrides: list[str], then: str, require_en
                         in_child: bool = False) -> bool:
     """Run check-config (`in_child`: in a child process, so that verl's imports do not stay in this one);
     log each problem and a summary naming what happens `then`."""
-    from verl_search.runtime.child import in_child as run_in_child
-    from verl_search.verl_config.check import check_config
-
     if in_child:
-        problems = run_in_child(check_config, recipe, overrides, require_engine=require_engine)
+        from verl_search.training.launch import check_in_child
+
+        problems = check_in_child(recipe, overrides, require_engine=require_engine)
     else:
+        from verl_search.verl_config.check import check_config
+
         problems = check_config(recipe, overrides, require_engine=require_engine)
     for problem in problems:
         logger.error("%s", problem)

