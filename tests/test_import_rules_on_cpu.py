@@ -5,7 +5,7 @@ functions included.
 * `MAY_IMPORT`: for each folder of `verl_search`, the folders of ours it may import. The table is
   ARCHITECTURE.md's (a test compares them), it has no circle (so no two folders import each other),
   and every import of ours keeps to it.
-* Outside ours: `protocol/` imports the standard library only; `runtime/`, `retrieval/` and `server/`
+* Outside ours: `protocol/` imports the standard library only; `process/`, `retrieval/` and `server/`
   never import verl, and `retrieval/` no HTTP library (retrievers know no HTTP and no verl).
 
 Beyond the direct imports, the retrieval service's whole import graph (server, retrieval and
@@ -29,30 +29,29 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "ARCHITECTURE.md"
 #: folder -> the folders of ours it may import (lower floors first; `cli.py` may import any)
 MAY_IMPORT = {
     "protocol": (),
-    "runtime": (),
+    "process": (),
     "rewards": ("protocol",),
-    "datasets": ("rewards",),
-    "data": ("datasets", "protocol"),
-    "retrieval": ("datasets", "runtime"),
-    "server": ("protocol", "retrieval", "runtime"),
-    "generation": ("protocol", "runtime"),
-    "verl_config": ("protocol", "runtime"),
-    "tools": ("protocol", "runtime", "server", "verl_config"),
-    "cpu": ("generation", "runtime", "verl_config"),
-    "agent_loop": ("generation", "protocol", "tools", "verl_config"),
-    "training": ("cpu", "data", "generation", "protocol", "retrieval", "rewards", "runtime", "tools", "verl_config"),
-    "eval": ("cpu", "data", "datasets", "generation", "protocol", "retrieval", "rewards", "server", "verl_config"),
-    "quickstart": ("cpu", "data", "datasets", "eval", "generation", "retrieval", "rewards", "runtime", "server",
-                   "training", "verl_config"),
+    "datasets": ("protocol", "rewards"),
+    "retrieval": ("datasets", "process"),
+    "server": ("process", "protocol", "retrieval"),
+    "llm": ("process", "protocol"),
+    "verl_config": ("process", "protocol"),
+    "tools": ("process", "protocol", "server", "verl_config"),
+    "cpu": ("llm", "process", "verl_config"),
+    "agent_loop": ("llm", "protocol", "tools", "verl_config"),
+    "training": ("cpu", "datasets", "llm", "process", "protocol", "retrieval", "rewards", "tools", "verl_config"),
+    "eval": ("cpu", "datasets", "llm", "protocol", "retrieval", "rewards", "server", "verl_config"),
+    "quickstart": ("cpu", "datasets", "eval", "llm", "process", "retrieval", "rewards", "server", "training",
+                   "verl_config"),
     "configs": (),
 }
 #: the HTTP libraries (a retriever knows none of them)
 HTTP = ("fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "requests")
 #: folder -> modules outside ours it never imports
-NEVER_OUTSIDE = {"runtime": ("verl",), "retrieval": ("verl", *HTTP), "server": ("verl",)}
+NEVER_OUTSIDE = {"process": ("verl",), "retrieval": ("verl", *HTTP), "server": ("verl",)}
 #: the folders of the verl side (the retrieval service never reaches them)
 VERL_SIDE = tuple(f"verl_search.{folder}" for folder in
-                  ("tools", "agent_loop", "eval", "generation", "training", "quickstart", "verl_config", "cpu"))
+                  ("tools", "agent_loop", "eval", "llm", "training", "quickstart", "verl_config", "cpu"))
 
 
 def _module_name(path: Path) -> str:
@@ -151,7 +150,7 @@ def test_a_forbidden_import_is_found(tmp_path, monkeypatch):
         (package / folder).mkdir(parents=True)
         (package / folder / "__init__.py").write_text("", encoding="utf-8")
     (package / "retrieval" / "probe.py").write_text(
-        "from verl_search.runtime import env\n\ndef f():\n    from verl_search.eval import harness\n    import httpx\n",
+        "from verl_search.process import env\n\ndef f():\n    from verl_search.eval import harness\n    import httpx\n",
         encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     assert violations("retrieval") == ["verl_search/retrieval/probe.py:4 imports verl_search.eval",

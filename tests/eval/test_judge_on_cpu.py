@@ -142,7 +142,7 @@ def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
     import httpx
 
     from verl_search.eval.judge import judge_records
-    from verl_search.generation.models import model_folder
+    from verl_search.llm.models import model_folder
     from verl_search.server.local import free_port
     from verl_search.cpu import vllm_cpu
 

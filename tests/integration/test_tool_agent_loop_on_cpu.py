@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from tests.conftest import MINI_QA, SHARED
 from tests.verl_helpers import ScriptedLLM, tool_agent_config
-from verl_search.data.preprocess import Source, build_rows, make_row, write_parquet
+from verl_search.datasets.preprocess import Source, build_rows, make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
 
 QUESTION = "If Gallu is a demon Lilu is what?"  # mini_wiki/qa.jsonl, gold "a spirit"

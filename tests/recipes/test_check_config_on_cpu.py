@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import MINI_QA, REPO
-from verl_search.data.preprocess import Source, build_rows, write_parquet
-from verl_search.runtime.extras import install_line
+from verl_search.datasets.preprocess import Source, build_rows, write_parquet
+from verl_search.process.extras import install_line
 from verl_search.verl_config.check import check_config
 
 RECIPES = sorted((REPO / "examples").glob("*/config.yaml"))

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import FLASHRAG_SAMPLE, REPO
-from verl_search.data.download import join_parts
+from verl_search.datasets.download import join_parts
 from verl_search.server.local import free_port
 
 SCRIPT = REPO / "examples" / "retrieval_server_wiki18.sh"
@@ -128,7 +128,7 @@ def test_download_e5_index_joins_once_and_is_not_fetched_again(tmp_path, monkeyp
     # the hub cannot be reached from here: a stand-in snapshot_download writes the parts as the hub's would
     import huggingface_hub
 
-    from verl_search.data import download as module
+    from verl_search.datasets import download as module
 
     calls = []
 

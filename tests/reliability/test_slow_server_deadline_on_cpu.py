@@ -15,7 +15,7 @@ from tests.conftest import MINI_QA
 from tests.reliability.wrappers import RecordingRetriever
 from tests.verl_helpers import ScriptedLLM
 from verl_search.verl_config.shipped import config_path
-from verl_search.data.preprocess import make_row, write_parquet
+from verl_search.datasets.preprocess import make_row, write_parquet
 from verl_search.server.app import create_app
 from verl_search.server.local import ThreadServer
 from verl_search.tools.search_tool import SearchTool

@@ -115,7 +115,7 @@ def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count
     import yaml
 
     from tests.conftest import MINI_QA
-    from verl_search.data.preprocess import Source, build_rows, write_parquet
+    from verl_search.datasets.preprocess import Source, build_rows, write_parquet
     from verl_search.verl_config.shipped import config_path
 
     source = rows(build_rows([Source.parse(str(MINI_QA))], "train", protocol, max_per_source=2, seed=0), 4)

@@ -16,7 +16,7 @@ import yaml
 from transformers import AutoTokenizer
 
 from tests.verl_helpers import ScriptedLLM
-from verl_search.data.preprocess import write_parquet
+from verl_search.datasets.preprocess import write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
 from verl_search.verl_config.compose import compose_verl_config
 from verl_search.training.cold_start import (
@@ -108,7 +108,7 @@ def test_cold_start_tokens_equal_the_agent_loops(tiny_qwen, chosen, bm25_server,
 
 def test_research_cold_start_tokens_equal_the_research_loops(tiny_qwen, bm25_retriever, bm25_server, tmp_path,
                                                              monkeypatch):
-    from verl_search.generation.models import end_of_sequence_ids
+    from verl_search.llm.models import end_of_sequence_ids
 
     chosen = answerable_rows(split_rows("train", 30, protocol="research"), bm25_retriever, 3, 3, seed=0)
     options = QuickstartOptions(protocol="research", max_obs_tokens=120)

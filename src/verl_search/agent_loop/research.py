@@ -25,7 +25,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from verl_search.agent_loop.search_r1 import SearchR1AgentLoop, _Trajectory
-from verl_search.generation.models import end_of_sequence_ids
+from verl_search.llm.models import end_of_sequence_ids
 from verl_search.protocol import research
 from verl_search.protocol.vocabulary import ANSWERED, ENDED_WITH_EOS, SEARCH_FAILED_PREFIX
 from verl_search.tools import client
@@ -54,7 +54,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
 
     Trajectory fields: `num_searches`, `failed_searches`, `answered` (a `\\boxed{}` answer was
     written), `ended_with_eos` (the reward's over-length rule: the last token is an EOS of
-    `generation.models.end_of_sequence_ids`), `turns` (one record per model turn).
+    `llm.models.end_of_sequence_ids`), `turns` (one record per model turn).
     """
 
     def __init__(self, *args, max_searches: int | None = None, max_tokens_per_turn: int | None = None,

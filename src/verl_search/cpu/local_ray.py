@@ -1,5 +1,5 @@
 """A local Ray whose processes load the CPU plugin: what `verl-search eval --engine vllm` runs verl's
-rollout replicas in (`eval/vllm_rollout.py`), as `verl-search train --cpu` does for `main_ppo`.
+rollout replicas in (`eval/verl_run.with_vllm`), as `verl-search train --cpu` does for `main_ppo`.
 """
 
 from __future__ import annotations

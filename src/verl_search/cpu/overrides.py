@@ -10,7 +10,7 @@ import os
 from verl_search.cpu import vllm_cpu
 from verl_search.cpu.engine import default_cpu_rollout
 from verl_search.cpu.names import PLUGIN_MODULE
-from verl_search.verl_config.overrides import given_value
+from verl_search.verl_config.compose import given_value
 
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 PLATFORM_ENV = "VERL_PLATFORM"
@@ -40,7 +40,7 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
       worker, one reward worker and no data-loader worker processes (verl starts 8 of each).
 
     `given`: the user's overrides, read for the GPU count, the rollout name and the model path;
-    merge them over the result (`verl_config.overrides.merge_overrides`).
+    merge them over the result (`verl_config.compose.merge_overrides`).
     """
     given = list(given)
     gpus = given_value(given, "trainer.n_gpus_per_node", "1")

@@ -73,7 +73,7 @@ class TransformersRolloutServer:
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.config import HFModelConfig
 
-        from verl_search.generation.engines import TransformersEngine
+        from verl_search.llm.engines import TransformersEngine
 
         torch.set_num_threads(num_threads or os.cpu_count() or 1)
         # the replica hands over the model section as a DictConfig (as to SGLang's server)

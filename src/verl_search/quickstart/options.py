@@ -1,5 +1,5 @@
 """`QuickstartOptions`: every flag of `verl-search quickstart`, declared once (the CLI generates the
-flags from it, `verl_search.runtime.options`), and `protocol_options`: the one `EvalOptions` object whose
+flags from it, `verl_search.process.options`), and `protocol_options`: the one `EvalOptions` object whose
 protocol settings both the GRPO run and every evaluation read. Imports only the standard library and
 `EvalOptions`."""
 

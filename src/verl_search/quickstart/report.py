@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     counts the loss tokens."""
     import argparse
 
-    from verl_search.generation.models import model_folder
+    from verl_search.llm.models import model_folder
     from verl_search.training.grpo_signal import tokenizer_counter
 
     parser = argparse.ArgumentParser(prog="python -m verl_search.quickstart.report", description=rerender_report.__doc__)

@@ -1,7 +1,7 @@
 """Limits and batching knobs of the retrieval server (all validated on construction).
 
 Each field is declared once, here: `verl-search serve` / `python -m verl_search.server` generate
-their flags from it (`verl_search.runtime.options`), descriptions included.
+their flags from it (`verl_search.process.options`), descriptions included.
 """
 
 from __future__ import annotations

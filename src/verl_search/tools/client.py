@@ -39,7 +39,7 @@ from verl_search.protocol.vocabulary import (
     NUM_SEARCHES,
     SEARCH_ERRORS,
 )
-from verl_search.runtime.env import DEFAULT_URL
+from verl_search.process.env import DEFAULT_URL
 from verl_search.server.schemas import AccessRequest, RetrieveRequest, parse_access_response, parse_retrieve_response
 
 logger = logging.getLogger(__name__)

@@ -112,7 +112,7 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
         max_turns, max_obs_tokens, response_length, min_tokens_after_observation, last_search_notice: the
             agent loop's settings (they decide the last-search notice and the observation's length).
         protocol: `search_r1` (default) or `research` (see the module docstring).
-        end_ids: `research`: the model's end-of-sequence token ids (`generation.models.end_of_sequence_ids`;
+        end_ids: `research`: the model's end-of-sequence token ids (`llm.models.end_of_sequence_ids`;
             the first ends the answer turn).
 
     Returns two lists of equal length; `loss_mask` is 1 on the two model turns only.
@@ -167,7 +167,7 @@ def write_trajectories(chosen: list[tuple[dict, list]], tokenizer, builder, path
     """Write the trajectories of `chosen` to a parquet (`input_ids`, `loss_mask`, `question`) for
     `SearchTrajectoryDataset`; return the longest trajectory in tokens. `settings`: see
     `trajectory_tokens`."""
-    from verl_search.data.preprocess import write_parquet
+    from verl_search.datasets.preprocess import write_parquet
 
     records = []
     for row, hits in chosen:
@@ -305,7 +305,7 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
     if len(chosen) < options.batch_size:
         raise ValueError(f"{len(chosen)} training questions have their answer in their top-{options.topk} passages, "
                          f"fewer than one batch ({options.batch_size}; --sft-batch-size)")
-    from verl_search.generation.models import end_of_sequence_ids
+    from verl_search.llm.models import end_of_sequence_ids
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     longest = write_trajectories(chosen, tokenizer, prompt_builder(model, tokenizer), out / "trajectories.parquet",

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_search.runtime import env
-from verl_search.runtime.extras import install_line
+from verl_search.process import env
+from verl_search.process.extras import install_line
 from verl_search.verl_config.shipped import config_path
 from verl_search.verl_config.version import SUPPORTED_VERL_VERSION, check_verl_version
 from verl_search.verl_config.vllm_version import install_version_alias

@@ -25,7 +25,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from verl_search.runtime.env import read_env
+from verl_search.process.env import read_env
 from verl_search.server.access import ACCESS_PATH, check_access_request, encode_access_response
 from verl_search.server.app import RETRIEVE_PATH
 from verl_search.server.schemas import AccessRequest, AccessResponse, HealthResponse, RetrieveResponse, encode_retrieve_response
@@ -167,7 +167,7 @@ def build_backend(options: WebOptions) -> WebBackend:
     Raises:
         ValueError: no search key (see `read_keys`); OSError: the cache folder cannot be written.
     """
-    from verl_search.runtime.extras import require_extra
+    from verl_search.process.extras import require_extra
     from verl_search.server.web.cache import WebCache
     from verl_search.server.web.upstream import Upstream
 

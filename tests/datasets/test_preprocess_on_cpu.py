@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO, SHARED
-from verl_search.data.preprocess import RowError, Source, build_rows, make_row, read_examples, write_parquet
+from verl_search.datasets.preprocess import RowError, Source, build_rows, make_row, read_examples, write_parquet
 from verl_search.protocol.search_r1 import SEARCH_R1_TEMPLATE
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from verl.workers.rollout.replica import TokenOutput
 
-from verl_search.generation.models import end_of_sequence_ids
+from verl_search.llm.models import end_of_sequence_ids
 from verl_search.protocol.tokens import cut_at_first_stop
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,6 @@
-"""What a running command reads and how it ends, shared by every room (imports nothing else of ours, never verl).
+"""The verl-search process: what it reads (flags, environment variables, installed extras), how it ends (exit
+codes, entry-point logging) and the child processes it runs. Shared by every room; imports nothing else of ours,
+never verl.
 
 * `options`: command-line flags generated from the option classes (each option declared once);
 * `env`: the `VERL_SEARCH_*` environment variables, read in one place;

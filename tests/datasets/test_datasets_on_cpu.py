@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import MINI_CORPUS, SHARED
-from verl_search.data.preprocess import Source, build_rows
+from verl_search.datasets.preprocess import Source, build_rows
 from verl_search.datasets import (
     DATASETS,
     DEFAULT_EVAL_DATA,
