@@ -31,7 +31,7 @@ import verl_search
 from verl_search.datasets import read_questions, resolve_corpus
 from verl_search.retrieval.base import Hit
 from verl_search.retrieval.corpus import JsonlCorpus
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.local import ThreadServer
 
 
@@ -65,7 +65,7 @@ def main() -> None:
     bodies = write_bodies(work, questions, 1)
     print(f"# HTTP overhead of verl_search from {Path(verl_search.__file__).parent}: {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
-    with ThreadServer(create_app(InstantRetriever(JsonlCorpus(resolve_corpus(args.corpus))))) as server:
+    with ThreadServer(create_app(index_service(InstantRetriever(JsonlCorpus(resolve_corpus(args.corpus)))))) as server:
         run_wrk(server.url, script, bodies, 4, 1)  # warm-up
         for clients in args.clients:
             before, started = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()

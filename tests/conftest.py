@@ -187,10 +187,10 @@ def dense_retriever(dense_index):
 @pytest.fixture(scope="session")
 def bm25_server(bm25_retriever):
     """A real uvicorn server on a free 127.0.0.1 port serving the BM25 index."""
-    from verl_search.server.app import create_app
+    from verl_search.server.app import create_app, index_service
     from verl_search.server.local import ThreadServer
 
-    with ThreadServer(create_app(bm25_retriever)) as server:
+    with ThreadServer(create_app(index_service(bm25_retriever))) as server:
         yield server
 
 

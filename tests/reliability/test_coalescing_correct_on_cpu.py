@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import MINI_QA
 from tests.reliability.wrappers import RecordingRetriever
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.settings import ServerSettings
 from verl_search.server.local import ThreadServer
 
@@ -37,7 +37,7 @@ def test_each_coalesced_request_gets_its_own_hits(request, kind, n):
     expected = [[(h.passage.id, h.score) for h in retriever.search([q], k)[0]] for q, k in zip(queries, topks)]
 
     recorder = RecordingRetriever(retriever)
-    with ThreadServer(create_app(recorder, ServerSettings(max_wait_ms=20))) as server:
+    with ThreadServer(create_app(index_service(recorder, ServerSettings(max_wait_ms=20)))) as server:
         bodies = [{"queries": [q], "topk": k, "return_scores": True} for q, k in zip(queries, topks)]
         results = asyncio.run(_fire(server.url, bodies))
 

@@ -15,9 +15,9 @@ from tests.server.web.fake_apis import SEARCH_KEY, FakeWeb
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup
 from verl_search.server.access import CorpusPages
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.local import ThreadServer
-from verl_search.server.web.app import build_backend, create_web_app
+from verl_search.server.web.service import WebService, build_backend
 from verl_search.server.web.options import WebOptions
 
 
@@ -34,7 +34,7 @@ def post(client, path, body):
 
 @pytest.fixture(scope="module")
 def index_client(bm25_retriever):
-    app = create_app(bm25_retriever, pages=CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False)))
+    app = create_app(index_service(bm25_retriever, pages=CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))))
     with ThreadServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
 
@@ -46,7 +46,7 @@ def web_client(tmp_path_factory):
         patch.setenv("SERPER_API_KEY", SEARCH_KEY)
         options = WebOptions(search_url=f"{upstream.url}/search", reader_url=f"{upstream.url}/reader/",
                              web_cache_dir=str(tmp_path_factory.mktemp("web-cache")), request_deadline=5)
-        with ThreadServer(create_web_app(build_backend(options))) as server, \
+        with ThreadServer(create_app(WebService(build_backend(options)))) as server, \
                 httpx.Client(base_url=server.url, timeout=30) as client:
             yield client
 

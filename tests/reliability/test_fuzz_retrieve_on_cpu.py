@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.local import ThreadServer
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -35,7 +35,7 @@ HEADERS = st.dictionaries(HEADER_NAMES, HEADER_VALUES, max_size=6) | st.fixed_di
 
 @pytest.fixture(scope="module")
 def fuzzed(bm25_retriever):
-    app = create_app(bm25_retriever)
+    app = create_app(index_service(bm25_retriever))
     with ThreadServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         app.state.url = server.url
         yield app, client

@@ -16,7 +16,7 @@ from tests.reliability.wrappers import RecordingRetriever
 from tests.verl_helpers import ScriptedLLM
 from verl_search.verl_config.shipped import config_path
 from verl_search.datasets.preprocess import make_row, write_parquet
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.local import ThreadServer
 from verl_search.tools.search_tool import SearchTool
 
@@ -33,7 +33,7 @@ class AgentData:
 @pytest.fixture
 def slow(bm25_retriever):
     recorder = RecordingRetriever(bm25_retriever, delay=3.0)
-    with ThreadServer(create_app(recorder)) as server:
+    with ThreadServer(create_app(index_service(recorder))) as server:
         yield server, recorder
 
 

@@ -23,9 +23,9 @@ def pages_server(bm25_retriever):
     from verl_search.retrieval.corpus import JsonlCorpus
     from verl_search.retrieval.pages import PageLookup
     from verl_search.server.access import CorpusPages
-    from verl_search.server.app import create_app
+    from verl_search.server.app import create_app, index_service
     from verl_search.server.local import ThreadServer
 
     pages = CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))
-    with ThreadServer(create_app(bm25_retriever, pages=pages)) as server:
+    with ThreadServer(create_app(index_service(bm25_retriever, pages=pages))) as server:
         yield server

@@ -13,7 +13,7 @@ import time
 import httpx
 
 from tests.conftest import MINI_QA
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.batcher import fair_shares
 from verl_search.server.settings import ServerSettings
 from verl_search.server.local import ThreadServer
@@ -50,7 +50,7 @@ def test_a_single_query_overtakes_a_2560_query_request_and_every_query_gets_its_
     big = [q for q in QUESTIONS[:1280] for _ in range(2)]  # real questions, each twice in a row, as GRPO's rollouts
     single = "Lilu mythology"
     settings = ServerSettings(max_batch_size=64)
-    with ThreadServer(create_app(bm25_retriever, settings)) as server:
+    with ThreadServer(create_app(index_service(bm25_retriever, settings))) as server:
         started = time.perf_counter()
         big_response, big_done, single_response, single_done, sent = asyncio.run(
             _big_and_single(server.url, big, single))
@@ -68,7 +68,7 @@ def test_a_single_query_overtakes_a_2560_query_request_and_every_query_gets_its_
 
 def test_micro_batching_off_runs_a_large_request_whole(bm25_retriever):
     settings = ServerSettings(max_batch_size=64, micro_batching=False)
-    with ThreadServer(create_app(bm25_retriever, settings)) as server:
+    with ThreadServer(create_app(index_service(bm25_retriever, settings))) as server:
         response = httpx.post(f"{server.url}/retrieve", json={"queries": QUESTIONS[:300], "topk": 2}, timeout=60)
         health = httpx.get(f"{server.url}/health").json()
     assert response.status_code == 200 and len(response.json()["result"]) == 300

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.cache import QueryCache, entry_bytes, normalise_query
 from verl_search.server.settings import ServerSettings
 from verl_search.server.local import ThreadServer
@@ -48,7 +48,7 @@ def test_off_by_default_counts_nothing(bm25_retriever, bm25_server):
 
 def test_server_answers_repeats_from_the_cache(bm25_retriever):
     settings = ServerSettings(cache_mb=4)
-    with ThreadServer(create_app(bm25_retriever, settings, fingerprint="mini-bm25")) as server:
+    with ThreadServer(create_app(index_service(bm25_retriever, settings, fingerprint="mini-bm25"))) as server:
         url = f"{server.url}/retrieve"
         first = httpx.post(url, json={"queries": ["Lilu mythology", "Alû demon"], "topk": 3})
         second = httpx.post(url, json={"queries": ["Alû demon", "Lilu  mythology", "Nolan"], "topk": 3})

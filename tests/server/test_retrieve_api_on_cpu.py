@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from verl_search.retrieval.base import RetrieverUnavailableError
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.health import wait_until_ready
 from verl_search.server.settings import ServerSettings
 from verl_search.server.local import ThreadServer
@@ -92,7 +92,7 @@ def test_an_app_mounted_under_a_prefix_answers_through_the_fastapi_route(bm25_re
     # middleware sees `/search/retrieve` and passes it on, and the documented FastAPI route answers the same
     from fastapi import FastAPI
 
-    inner = create_app(bm25_retriever)
+    inner = create_app(index_service(bm25_retriever))
     outer = FastAPI(lifespan=lambda _: inner.router.lifespan_context(inner))  # a mount's lifespan is its parent's to run
     outer.mount("/search", inner)
     server = ThreadServer(outer)  # the outer app has no /health: start it, then wait for the mounted app's
@@ -117,7 +117,7 @@ def test_health_says_loading_until_the_index_is_loaded(bm25_retriever):
         release.wait(30)
         return bm25_retriever
 
-    server = ThreadServer(create_app(slow_loader))
+    server = ThreadServer(create_app(index_service(slow_loader)))
     server._thread.start()
     try:
         while True:
@@ -141,7 +141,7 @@ def test_failed_load_is_reported_by_health():
     def broken_loader():
         raise FileNotFoundError("no such index")
 
-    server = ThreadServer(create_app(broken_loader), ready_timeout=30)
+    server = ThreadServer(create_app(index_service(broken_loader)), ready_timeout=30)
     with pytest.raises(RuntimeError, match="failed to load its index: FileNotFoundError: no such index"):
         server.start()
     server.stop()
@@ -164,7 +164,7 @@ def test_a_lost_shard_is_a_503_with_retry_after_and_the_retry_is_answered(bm25_r
     from verl_search.tools.client import SearchClientConfig, search
 
     flaky = _LosesAShardOnce(bm25_retriever)
-    with ThreadServer(create_app(flaky)) as server:
+    with ThreadServer(create_app(index_service(flaky))) as server:
         lost = post(server, {"queries": ["Lilu"], "topk": 3})
         assert lost.status_code == 503 and lost.headers["retry-after"] == "1"
         assert lost.json() == {"detail": "shard 1 of 2 did not answer (RayActorError); retry shortly"}
@@ -188,7 +188,7 @@ async def _concurrent(url, queries, topk=3):
 def test_concurrent_requests_are_coalesced_and_answered_exactly(dense_retriever, micro_batching):
     queries = [f"who founded the city number {i}" for i in range(48)] + ["Lilu mythology", ""]
     settings = ServerSettings(micro_batching=micro_batching, max_wait_ms=20)
-    with ThreadServer(create_app(dense_retriever, settings)) as server:
+    with ThreadServer(create_app(index_service(dense_retriever, settings))) as server:
         before = httpx.get(f"{server.url}/health").json()
         results = asyncio.run(_concurrent(server.url, queries))
         after = httpx.get(f"{server.url}/health").json()

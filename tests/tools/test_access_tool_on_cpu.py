@@ -11,7 +11,7 @@ from verl_search.verl_config.shipped import config_path
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.pages import PageLookup
 from verl_search.server.access import CorpusPages
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.tools.access_tool import AccessTool, format_page
 from verl_search.tools.client import SearchClientConfig
 from verl_search.server.local import ThreadServer
@@ -26,7 +26,7 @@ class AgentData:
 @pytest.fixture(scope="module")
 def pages_server(bm25_retriever):
     pages = CorpusPages(PageLookup.open(JsonlCorpus(MINI_CORPUS), cache=False))
-    with ThreadServer(create_app(bm25_retriever, pages=pages)) as server:
+    with ThreadServer(create_app(index_service(bm25_retriever, pages=pages))) as server:
         yield server
 
 

@@ -9,7 +9,7 @@ tool, which posts `{"urls": [...]}` to its local server's `/access`). The reques
 * 404 naming each id or title the corpus does not hold (`loc` = `["body", "ids", i]`);
 * 503 with `Retry-After` while the index loads or the server drains.
 
-The web backend answers the same route from a page reader (`server.web.app`), with `check_access_request`
+The web backend answers the same route from a page reader (`server.web.service`), with `check_access_request`
 and `encode_access_response` from here.
 """
 
@@ -24,7 +24,8 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import Response
 
 from verl_search.server.schemas import AccessRequest, AccessResponse
-from verl_search.server.service import RetrievalService, get_settings, ready_service
+from verl_search.server.backend import get_settings, ready_service
+from verl_search.server.service import RetrievalService
 from verl_search.server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -122,5 +123,5 @@ async def access(body: AccessRequest, lookup: "PageLookup" = Depends(get_page_lo
 
 
 def add_access_route(app: FastAPI) -> None:
-    """Add `POST /access` to a `create_app` app whose service holds the corpus `pages`."""
+    """Add `POST /access` to a `create_app` app over an index whose service holds the corpus `pages`."""
     app.post(ACCESS_PATH, response_model=AccessResponse, responses={404: {}, 422: {}, 503: {}})(access)

@@ -1,33 +1,30 @@
-"""The retrieval service: `create_app(retriever, settings)` returns a FastAPI app.
+"""The retrieval app: `create_app(backend)` returns a FastAPI app over a `server.backend.SearchBackend`.
 
-Nothing loads on import. The retriever (or a function that loads it) is handed to `create_app`;
-a loader runs in a background thread started by the app's lifespan, so `GET /health` answers
-`loading` (HTTP 503) until the index is in memory and `ready` (200) after, and a trainer that
-waits for `/health` never starts against a half-loaded server.
+One app for every backend: the index (`index_service(retriever, settings)`, below) and the web
+(`server.web.service.WebService`). The app owns what they share: `POST /retrieve` (Search-R1 wire format,
+see `schemas`), read and validated by `validation.parse_retrieve_request` (one pydantic-core call, not a
+FastAPI body parameter) and checked against the backend's limits; `GET /health`; the `Server-Timing`
+header; draining (after SIGTERM, `server.serve`, new requests get 503 + `Retry-After` while those in flight
+are answered); a 422 that is never turned into a 500 by what it echoes (NaN, lone surrogates, 1 MB strings
+are made safe); a retriever that cannot answer now (a lost shard) as a 503; the OpenAPI page at `/docs`.
+The backend adds its own routes: over an index, `POST /batch_search` and `POST /search` (FlashRAG's, which
+ReSearch's rollout calls; `server.flashrag`) and `POST /access` (page access by id or title, when
+`index_service` gets `pages`; `server.access`).
 
-The app's components (settings, query cache, retriever, micro-batcher, corpus pages) live in one
-`server.service.RetrievalService` at `app.state.service`; every route receives what it uses through
-FastAPI's `Depends` (`ready_batcher`, `get_cache`, `get_settings`, `get_service`), so a test swaps any
-of them with `app.dependency_overrides`. The `/retrieve` body is read and validated by
-`validation.parse_retrieve_request` (one pydantic-core call), not by a FastAPI body parameter.
+Nothing loads on import. The index's retriever (or a function that loads it) is loaded in a background
+thread started by the app's lifespan, so `GET /health` answers `loading` (HTTP 503) until the index is in
+memory and `ready` (200) after, and a trainer that waits for `/health` never starts against a half-loaded
+server. Over an index, a request whose client disconnects before its batch runs is dropped unsearched (the
+service watches for the ASGI disconnect and cancels its job).
 
-Endpoints: `POST /retrieve` (Search-R1 wire format, see `schemas`), `POST /batch_search` and
-`POST /search` (FlashRAG's, which ReSearch's rollout calls; see `server.flashrag`), `GET /health`,
-`POST /access` (page access by id or title, when `create_app` gets `pages`; see `server.access`), and
-the OpenAPI page at `/docs`.
-
-Under faults: a request whose client disconnects before its batch runs is dropped unsearched (the
-handler watches for the ASGI disconnect and cancels its job); after `RetrievalService.drain()`
-(SIGTERM in `server.serve`) new requests get 503 + `Retry-After` while those in flight are
-answered; a 422 is never turned into a 500 by what it echoes (NaN, lone surrogates, 1 MB strings
-are made safe); a shard that cannot answer is a 503 (`validation`, the one home of requests and their errors).
+Every route receives the backend through FastAPI's `Depends` (`server.backend.get_service`, `ready_service`,
+`get_settings`; the index's routes also `server.service.ready_batcher` and `get_cache`), so a test swaps any
+of them with `app.dependency_overrides`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -38,18 +35,11 @@ from fastapi.responses import JSONResponse, Response
 
 from verl_search.retrieval.base import RetrieverUnavailableError
 from verl_search.server.access import CorpusPages, add_access_route
-from verl_search.server.batcher import MicroBatcher
+from verl_search.server.backend import SearchBackend, get_service, get_settings, ready_service
 from verl_search.server.cache import QueryCache
 from verl_search.server.flashrag import add_flashrag_routes
 from verl_search.server.schemas import HealthResponse, RetrieveResponse, encode_retrieve_response
-from verl_search.server.service import (
-    RetrievalService,
-    RetrieverSource,
-    get_cache,
-    get_service,
-    get_settings,
-    ready_batcher,
-)
+from verl_search.server.service import RetrievalService, RetrieverSource
 from verl_search.server.settings import ServerSettings
 from verl_search.server.validation import (
     RETRIEVE_REQUEST_OPENAPI,
@@ -78,19 +68,19 @@ class _StampArrival:
         await self.app(scope, receive, send)
 
 
-def create_app(
+def index_service(
     retriever: RetrieverSource,
     settings: ServerSettings | None = None,
     on_load_failure: Callable[[BaseException], None] | None = None,
     fingerprint: str = "",
     health_extras: Callable[[], dict] | None = None,
     pages: CorpusPages | None = None,
-) -> FastAPI:
-    """Build the retrieval app.
+) -> RetrievalService:
+    """The index backend: `create_app(index_service(retriever, settings))` serves a local index.
 
     Args:
         retriever: a loaded `Retriever`, or a zero-argument function that loads one (run in a
-            background thread at startup, e.g. `IndexSpec.load`).
+            background thread at the app's startup, e.g. `IndexSpec.load`).
         settings: limits and batching (default `ServerSettings()`).
         on_load_failure: called with the exception if loading fails (the CLI stops the server).
         fingerprint: the index fingerprint, part of every query-cache key (`IndexSpec.fingerprint`).
@@ -101,74 +91,84 @@ def create_app(
             None: no `/access` route.
 
     Returns:
-        a FastAPI app (its state: `app.state.service`); serve it with uvicorn.
+        a `RetrievalService` with FlashRAG's routes, and `/access` when `pages` is given.
     """
     settings = settings or ServerSettings()
-    service = RetrievalService(settings, QueryCache(settings.cache_mb, fingerprint), pages, health_extras)
+    routes = (add_flashrag_routes, *((add_access_route,) if pages is not None else ()))
+    return RetrievalService(settings, QueryCache(settings.cache_mb, fingerprint), pages, health_extras,
+                            source=retriever, on_load_failure=on_load_failure, routes=routes)
+
+
+def create_app(backend: SearchBackend) -> FastAPI:
+    """Build the retrieval app over `backend`.
+
+    Args:
+        backend: what is searched (`index_service(...)` or `server.web.service.WebService`); started and
+            closed with the app (its lifespan), its own routes and error handlers added.
+
+    Returns:
+        a FastAPI app (its state: `app.state.service`, the backend); serve it with uvicorn.
+
+    Raises:
+        TypeError: `backend` is not a `SearchBackend` (a retriever: wrap it with `index_service`).
+    """
+    if not isinstance(backend, SearchBackend):
+        raise TypeError(f"create_app takes a SearchBackend, not {type(backend).__name__}: serve a retriever "
+                        "with create_app(index_service(retriever, settings))")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        loader = threading.Thread(target=service.load, args=(retriever, on_load_failure), name="index-loader", daemon=True)
-        loader.start()
+        backend.start()
         yield
-        service.close()
+        await backend.aclose()
 
-    app = FastAPI(
-        title="verl-search retrieval service",
-        description="Search-R1-compatible passage retrieval (BM25 or dense faiss) with cross-request micro-batching.",
-        lifespan=lifespan,
-    )
-    app.state.service = service
+    app = FastAPI(title=backend.title, description=backend.description, lifespan=lifespan)
+    app.state.service = backend
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(RetrieverUnavailableError, retriever_unavailable)
+    for error, handler in backend.error_handlers.items():
+        app.add_exception_handler(error, handler)
     app.add_middleware(_StampArrival)
-    app.post(RETRIEVE_PATH, response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI)(retrieve)
+    app.post(RETRIEVE_PATH, response_model=RetrieveResponse, openapi_extra=RETRIEVE_REQUEST_OPENAPI,
+             responses={422: {}, 503: {}})(retrieve)
     app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})(health)
-    add_flashrag_routes(app)
-    if pages is not None:
-        add_access_route(app)
+    for add_routes in backend.routes:
+        add_routes(app)
     return app
 
 
 async def retrieve(
     request: Request,
-    batcher: MicroBatcher = Depends(ready_batcher),
-    cache: QueryCache = Depends(get_cache),
+    service: SearchBackend = Depends(ready_service),
     settings: ServerSettings = Depends(get_settings),
-    service: RetrievalService = Depends(get_service),
 ) -> Response:
     """Top-k passages for each query. Blank queries get an empty list. 422 on bad input; 503 while
-    the index loads, after it failed, or while the server drains.
+    the index loads, after it failed, or while the server drains; the backend's own errors (the web:
+    424 or 429 when its search API fails).
 
     The `Server-Timing: retrieve;dur=<ms>` header gives the server's time for the request, from
     its arrival at the app (before the body is read and validated) to the response, so clients
-    can tell their own overhead from the server's. With the query cache on, a second entry
+    can tell their own overhead from the server's. With a query cache on, a second entry
     `cache;desc="hits=H misses=M"` says how many of the request's queries it answered.
-    A client that disconnects before its answer gets none (499 in the access log) and its
-    queries not searched yet never are.
+    A client that disconnects before its answer gets none (499 in the access log).
     """
     raw = await read_body(request.receive)
     if raw is None:  # the client gave up before sending its body
         return Response(status_code=499)
     body = parse_retrieve_request(raw)
     topk = check_retrieve_limits(body, settings)
-    hits, from_cache = await service.search(request.receive, batcher, cache, list(body.queries), topk)
+    hits, from_cache = await service.retrieve(request.receive, list(body.queries), topk)
     if hits is None:  # the client gave up: nobody reads an answer
         return Response(status_code=499)
     timing = f"retrieve;dur={(time.perf_counter() - request.scope[ARRIVAL_KEY]) * 1000:.3f}"
-    if cache.enabled:
+    if from_cache is not None:
         timing += f', cache;desc="hits={from_cache} misses={len(body.queries) - from_cache}"'
     content = encode_retrieve_response(hits, body.return_scores)
     return Response(content, media_type="application/json", headers={"Server-Timing": timing})
 
 
-async def health(service: RetrievalService = Depends(get_service)) -> JSONResponse:
-    """`ready` (200) once the index is loaded; `loading` or `failed` (503) before; `draining` (503)
-    after SIGTERM, while in-flight requests finish. Counters: see `HealthResponse`."""
-    payload = HealthResponse(**service.health()).model_dump()
-    if service.health_extras is not None:
-        try:
-            payload.update(await asyncio.to_thread(service.health_extras))
-        except Exception as exc:  # the service answers whatever the extras' source does
-            logger.warning("health extras failed: %s", exc)
+async def health(service: SearchBackend = Depends(get_service)) -> JSONResponse:
+    """`ready` (200) once the backend can answer; `loading` or `failed` (503) before; `draining` (503)
+    after SIGTERM, while in-flight requests finish. Counters: see `HealthResponse` and the backend's."""
+    payload = await service.health()
     return JSONResponse(payload, status_code=200 if payload["status"] == "ready" else 503)

@@ -3,7 +3,7 @@
 Both are this module (the CLI calls `add_serve_arguments` and `serve_from_args`). It builds the
 flags from `ServeOptions`, `ServerSettings`, `HybridOptions`, `RerankOptions`, `RayOptions` and
 `WebOptions`, and hands the parsed options to one of three servers: `server.serve.serve` (one
-uvicorn process), `server.ray_serve.serve_with_ray` (`--ray`) or `server.web.app.serve_web`
+uvicorn process), `server.ray_serve.serve_with_ray` (`--ray`) or `server.web.service.serve_web`
 (`--backend web`). Those modules never import this one, so the dependency runs one way.
 
 Imports nothing of the verl side (tools, agent loop, eval, verl): it runs in a retriever-only install.
@@ -38,7 +38,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
     """Serve with the options parsed by a parser that `add_serve_arguments` built; returns the exit code.
 
     `--ray` deploys with Ray Serve (`server.ray_serve.serve_with_ray`), `--backend web` serves a web
-    search API (`server.web.app.serve_web`), otherwise one uvicorn process (`server.serve.serve`).
+    search API (`server.web.service.serve_web`), otherwise one uvicorn process (`server.serve.serve`).
 
     Raises:
         ValueError: a combination of flags that does not fit (named in the message); as the server called.
@@ -48,7 +48,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
     if options.backend == "web":
         if ray_options.ray or options.index:
             raise ValueError("--backend web serves a web search API: leave out --index and --ray")
-        from verl_search.server.web.app import serve_web
+        from verl_search.server.web.service import serve_web
 
         return serve_web(options.host, options.port, options.log_level, options.drain_timeout,
                          build(ServerSettings, args), build(WebOptions, args))

@@ -25,15 +25,10 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from verl_search.server.backend import get_service, get_settings
 from verl_search.server.batcher import MicroBatcher
 from verl_search.server.cache import QueryCache
-from verl_search.server.service import (
-    RetrievalService,
-    get_cache,
-    get_service,
-    get_settings,
-    ready_batcher,
-)
+from verl_search.server.service import RetrievalService, get_cache, ready_batcher
 from verl_search.server.settings import ServerSettings
 from verl_search.server.validation import check_limits, openapi_body, parse_body, read_body
 

@@ -43,7 +43,7 @@ from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.loader import IndexSpec
 from verl_search.retrieval.rerank import RerankOptions
 from verl_search.retrieval.shards import SearchShards
-from verl_search.server.app import create_app
+from verl_search.server.app import create_app, index_service
 from verl_search.server.health import wait_until_ready
 from verl_search.server.serve import RayOptions, ServeOptions, freeze_loaded, resolve_served_index
 from verl_search.server.settings import ServerSettings
@@ -110,8 +110,8 @@ class RetrieverReplica:
         retriever = spec.load(remote_shards(list(shards)) if shards else None)
         freeze_loaded(retriever)
         pages = CorpusPages(PageLookup.open(spec.load_corpus())) if page_access else None
-        self.retrieval_app = create_app(retriever, settings, fingerprint=spec.fingerprint(),  # `app` is Serve's
-                                        health_extras=replicas_up, pages=pages)
+        self.retrieval_app = create_app(index_service(retriever, settings, fingerprint=spec.fingerprint(),  # `app`
+                                                      health_extras=replicas_up, pages=pages))  # is Serve's
 
     def __serve_build_asgi_app__(self):
         return self.retrieval_app

@@ -186,7 +186,7 @@ class HealthResponse(BaseModel):
     duplicates included), `duplicates` (queries answered by another copy in the same batch),
     `search_seconds` (seconds inside the retriever); with the query cache on (`--cache-mb`),
     `cache_hits`, `cache_misses`, `cache_entries`, `cache_mb` (estimated size, MiB),
-    `cache_evictions` (all `None` when the cache is off). The web backend (`server.web.app`) fills the
+    `cache_evictions` (all `None` when the cache is off). The web backend (`server.web.service`) fills the
     `cache_*` fields from its on-disk cache and adds `upstream_calls`, `upstream_retries`,
     `upstream_failures` and `coalesced`."""
 

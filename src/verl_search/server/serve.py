@@ -2,7 +2,7 @@
 
 Also the options of the `serve` command (`ServeOptions`, `RayOptions`: its flags are generated from
 them and `ServerSettings`, so defaults live in those classes only) and the pieces `server.ray_serve`
-and `server.web.app` reuse (`resolve_served_index`, `freeze_loaded`, `draining_server`). The command itself (flags, `--ray` /
+and `server.web.service` reuse (`resolve_served_index`, `freeze_loaded`, `draining_server`). The command itself (flags, `--ray` /
 `--backend web` dispatch, exit codes) is `server.command`; this module imports neither Ray Serve
 nor the web backend.
 
@@ -49,7 +49,7 @@ class ServeOptions:
         log_level: uvicorn's log level (default `info`).
         retriever: which retriever of the index to serve (default: the manifest's); a hybrid index
             (`index build --retriever hybrid`) also serves its `bm25` or `dense` half alone.
-        backend: `index` (default: `index` is required) or `web` (`server.web.app`: a web search API and page
+        backend: `index` (default: `index` is required) or `web` (`server.web.service`: a web search API and page
             reader behind the same wire format, `WebOptions`).
         page_access: serve `POST /access` over the index's corpus (default on; `server.access`); its
             title table is built at load, once per corpus (cached under `$VERL_SEARCH_CACHE`).
@@ -211,7 +211,7 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
 
     from verl_search.retrieval.pages import PageLookup
     from verl_search.server.access import CorpusPages
-    from verl_search.server.app import create_app
+    from verl_search.server.app import create_app, index_service
 
     spec = resolve_served_index(options, hybrid, rerank)
     failed: list[BaseException] = []
@@ -228,8 +228,8 @@ def serve(options: ServeOptions, settings: ServerSettings | None = None, hybrid:
             pages.lookup = PageLookup.open(spec.load_corpus())
         return freeze_loaded(retriever)
 
-    app = create_app(load, settings or ServerSettings(), on_load_failure=stop_on_failure,
-                     fingerprint=spec.fingerprint(), pages=pages)
+    app = create_app(index_service(load, settings or ServerSettings(), on_load_failure=stop_on_failure,
+                                   fingerprint=spec.fingerprint(), pages=pages))
     config = uvicorn.Config(app, host=options.host, port=options.port, log_level=options.log_level,
                             timeout_graceful_shutdown=max(1.0, options.drain_timeout))
     server = draining_server(config, app.state.service, options.drain_timeout)

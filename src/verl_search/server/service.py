@@ -1,25 +1,28 @@
-"""The state of one retrieval app (`app.state.service`) and the dependencies its routes receive it through.
+"""The index backend of the retrieval app: `RetrievalService` (a `server.backend.SearchBackend`).
 
-`RetrievalService` holds the app's components: `settings`, the query `cache`, the `retriever` and
-its `batcher` once loaded, the corpus `pages` for `/access`, and the counters `/health` reports.
-Routes never read it directly: they declare `Depends(ready_batcher)`, `Depends(get_cache)`, ... (the
-functions below), so a test swaps any of them with `app.dependency_overrides` (FastAPI docs,
-"Testing Dependencies with Overrides"). The dependencies are `async def` on purpose: FastAPI runs a
-plain `def` dependency in its thread pool, a thread hop per dependency per request.
+`RetrievalService` holds the components of an app over a local index: `settings`, the query `cache`, the
+`retriever` and its `batcher` once loaded, the corpus `pages` for `/access`, and the counters `/health`
+reports; `server.app.index_service` builds one with its routes (FlashRAG's, `/access`). Its routes receive
+the batcher and the cache through `Depends(ready_batcher)` and `Depends(get_cache)` (below), the service and
+its settings through `server.backend`'s dependencies, so a test swaps any of them with
+`app.dependency_overrides`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Union
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, FastAPI
 
 from verl_search.retrieval.base import Retriever
+from verl_search.server.backend import get_service, ready_service
 from verl_search.server.batcher import MicroBatcher
 from verl_search.server.cache import QueryCache
+from verl_search.server.schemas import HealthResponse
 from verl_search.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -28,14 +31,18 @@ RetrieverSource = Union[Retriever, Callable[[], Retriever]]
 
 
 class RetrievalService:
-    """One app's components and state.
+    """One index app's components and state.
 
     Args:
         settings: limits and batching.
         cache: the query cache (`QueryCache(settings.cache_mb, fingerprint)`; a disabled one when
             `cache_mb` is 0).
         pages: the served corpus's pages for `POST /access` (`server.access.CorpusPages`), or None.
-        health_extras: returns fields added to `GET /health` (see `server.app.create_app`), or None.
+        health_extras: returns fields added to `GET /health` (see `server.app.index_service`), or None.
+        source: a loaded `Retriever`, or a zero-argument function that loads one: loaded in a background
+            thread by `start()` (None: nothing is loaded, the service stays `loading`).
+        on_load_failure: called with the exception if loading fails (the CLI stops the server).
+        routes: the app's routes beside `/retrieve` and `/health` (`SearchBackend.routes`).
 
     Attributes:
         status: `loading`, `ready` or `failed` (`error` then says why); `draining`: True once
@@ -43,8 +50,14 @@ class RetrievalService:
             (`/retrieve`, `/batch_search`, `/search`) being answered (`search`); `retriever`, `batcher`: None until loaded.
     """
 
+    title = "verl-search retrieval service"
+    description = "Search-R1-compatible passage retrieval (BM25 or dense faiss) with cross-request micro-batching."
+    error_handlers: dict = {}
+
     def __init__(self, settings: ServerSettings, cache: QueryCache, pages=None,
-                 health_extras: Callable[[], dict] | None = None):
+                 health_extras: Callable[[], dict] | None = None, source: RetrieverSource | None = None,
+                 on_load_failure: Callable[[BaseException], None] | None = None,
+                 routes: Sequence[Callable[[FastAPI], None]] = ()):
         self.settings = settings
         self.cache = cache
         self.pages = pages
@@ -55,6 +68,27 @@ class RetrievalService:
         self.error: str | None = None
         self.retriever: Retriever | None = None
         self.batcher: MicroBatcher | None = None
+        self.source, self.on_load_failure, self.routes = source, on_load_failure, tuple(routes)
+
+    def start(self) -> None:
+        """Load `source` in a background thread (`load`): `/health` answers `loading` until it is in memory."""
+        if self.source is not None:
+            threading.Thread(target=self.load, args=(self.source, self.on_load_failure), name="index-loader",
+                             daemon=True).start()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def unready(self) -> str | None:
+        """None once the index is loaded; else `index loading; ...` or `index failed: <error>`."""
+        if self.status == "ready":
+            return None
+        return f"index {self.status}" + (f": {self.error}" if self.error else "; retry after /health is ready")
+
+    async def retrieve(self, receive, queries: list[str], topk: int):
+        """`/retrieve`: `search` through the app's cache and batcher; the cache's hits when it is on."""
+        hits, from_cache = await self.search(receive, self.batcher, self.cache, queries, topk)
+        return hits, from_cache if self.cache.enabled else None
 
     async def search(self, receive, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
         """`search_through_cache`, counted in `in_flight` while it runs (a drain waits for it)."""
@@ -97,7 +131,18 @@ class RetrievalService:
         if self.batcher is not None:
             self.batcher.close()
 
-    def health(self) -> dict:
+    async def health(self) -> dict:
+        """The `/health` body: `HealthResponse`'s fields of this state (the cache's only when it is on) and
+        `health_extras()`'s (run in a worker thread; an exception there is logged and its fields left out)."""
+        payload = HealthResponse(**self.health_fields()).model_dump()
+        if self.health_extras is not None:
+            try:
+                payload.update(await asyncio.to_thread(self.health_extras))
+            except Exception as exc:  # the service answers whatever the extras' source does
+                logger.warning("health extras failed: %s", exc)
+        return payload
+
+    def health_fields(self) -> dict:
         """The `/health` fields of this state (`HealthResponse`'s; the cache's only when it is on)."""
         fields = {"status": "draining" if self.draining else self.status, "error": self.error,
                   "in_flight": self.in_flight}
@@ -111,27 +156,6 @@ class RetrievalService:
         return fields
 
 
-async def get_service(request: Request) -> RetrievalService:
-    """The app's `RetrievalService` (`app.state.service`), in any state."""
-    return request.app.state.service
-
-
-async def ready_service(service: RetrievalService = Depends(get_service)) -> RetrievalService:
-    """The service, once it can answer.
-
-    Raises:
-        HTTPException: 503 + `Retry-After` while loading, after a failed load (naming the error),
-            or when draining.
-    """
-    if service.draining:
-        raise HTTPException(status_code=503, detail="server is draining (shutting down); retry shortly",
-                            headers={"Retry-After": "2"})
-    if service.status != "ready":
-        detail = f"index {service.status}" + (f": {service.error}" if service.error else "; retry after /health is ready")
-        raise HTTPException(status_code=503, detail=detail, headers={"Retry-After": "1"})
-    return service
-
-
 async def ready_batcher(service: RetrievalService = Depends(ready_service)) -> MicroBatcher:
     """The loaded retriever's micro-batcher (503 as `ready_service`)."""
     return service.batcher
@@ -140,11 +164,6 @@ async def ready_batcher(service: RetrievalService = Depends(ready_service)) -> M
 async def get_cache(service: RetrievalService = Depends(get_service)) -> QueryCache:
     """The app's query cache (disabled: every lookup misses, nothing is stored)."""
     return service.cache
-
-
-async def get_settings(service: RetrievalService = Depends(get_service)) -> ServerSettings:
-    """The app's limits and batching."""
-    return service.settings
 
 
 async def _disconnected(receive) -> None:

@@ -16,7 +16,8 @@ from tests.server.web.fake_apis import READER_KEY, SEARCH_KEY, FakeWeb
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig, search
 from verl_search.server.local import SubprocessServer, ThreadServer
-from verl_search.server.web.app import build_backend, create_web_app
+from verl_search.server.app import create_app
+from verl_search.server.web.service import WebService, build_backend
 from verl_search.server.web.options import WebOptions
 
 
@@ -42,7 +43,7 @@ def keys(monkeypatch):
 
 @pytest.fixture
 def web_server(fake, tmp_path, keys):
-    with ThreadServer(create_web_app(build_backend(options_for(fake, tmp_path)), request_deadline=2.0)) as server:
+    with ThreadServer(create_app(WebService(build_backend(options_for(fake, tmp_path)), request_deadline=2.0))) as server:
         yield server
 
 
@@ -69,7 +70,7 @@ def test_results_come_back_in_search_r1s_shape(fake, web_server):
 
 def test_a_cached_query_never_calls_upstream_even_after_a_restart(fake, tmp_path, keys):
     options = options_for(fake, tmp_path)
-    with ThreadServer(create_web_app(build_backend(options))) as server:
+    with ThreadServer(create_app(WebService(build_backend(options)))) as server:
         first = retrieve(server, {"queries": ["capital of France"], "topk": 5}).json()
         calls = fake.calls["capital of France"]
         again = retrieve(server, {"queries": ["  Capital  OF france "], "topk": 3}).json()  # normalised: same key
@@ -79,7 +80,7 @@ def test_a_cached_query_never_calls_upstream_even_after_a_restart(fake, tmp_path
         assert stats["cache_hits"] == 1 and stats["cache_misses"] == 1 and stats["upstream_calls"] == {"search": 1}
         retrieve(server, {"queries": ["capital of France"], "topk": 15})  # more than the 10 cached: one more call
         assert fake.calls["capital of France"] == 2
-    with ThreadServer(create_web_app(build_backend(options))) as server:  # a new process reads the same folder
+    with ThreadServer(create_app(WebService(build_backend(options)))) as server:  # a new process reads the same folder
         assert retrieve(server, {"queries": ["capital of france"], "topk": 15}).json() is not None
         assert fake.calls["capital of France"] == 2 and health(server)["cache_hits"] == 1
 
@@ -139,7 +140,7 @@ def test_a_malformed_upstream_body_is_a_424_naming_it(fake, web_server, misbehav
 
 def test_a_refused_key_is_a_424_naming_the_variable_and_not_retried(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("SERPER_API_KEY", "a-wrong-key")
-    with ThreadServer(create_web_app(build_backend(options_for(fake, tmp_path)))) as server:
+    with ThreadServer(create_app(WebService(build_backend(options_for(fake, tmp_path))))) as server:
         response = retrieve(server, {"queries": ["any query at all"]})
         assert response.status_code == 424 and "$SERPER_API_KEY" in response.json()["detail"]
         assert "a-wrong-key" not in response.text and health(server)["upstream_calls"] == {"search": 1}
@@ -147,7 +148,7 @@ def test_a_refused_key_is_a_424_naming_the_variable_and_not_retried(fake, tmp_pa
 
 def test_bad_input_is_a_422_as_on_the_index_server(fake, tmp_path, keys):
     settings = ServerSettings(max_topk=5)
-    with ThreadServer(create_web_app(build_backend(options_for(fake, tmp_path)), settings)) as server:
+    with ThreadServer(create_app(WebService(build_backend(options_for(fake, tmp_path)), settings))) as server:
         for body, fragment in [({"queries": ["a"], "topk": 6}, "max_topk=5"), ({"queries": []}, "at least 1"),
                                ({"queries": ["a"], "top_k": 3}, "Extra inputs")]:
             response = retrieve(server, body)
@@ -268,7 +269,7 @@ def test_the_token_bucket_and_the_concurrency_limit_bound_upstream_calls(fake, t
                           request_deadline=10.0, upstream_timeout=5.0)
     fake.script.update({f"bucket query {i}": ["slow"] for i in range(8)})  # each call takes 0.3 s
     fake.slow_seconds, fake.max_in_flight, first_call = 0.3, 0, len(fake.call_times)
-    with ThreadServer(create_web_app(build_backend(options), request_deadline=10.0)) as server:
+    with ThreadServer(create_app(WebService(build_backend(options), request_deadline=10.0))) as server:
         response = retrieve(server, {"queries": [f"bucket query {i}" for i in range(8)]})
     fake.slow_seconds = 3.0
     assert response.status_code == 200 and all(len(hits) == 3 for hits in response.json()["result"])
@@ -279,7 +280,7 @@ def test_the_token_bucket_and_the_concurrency_limit_bound_upstream_calls(fake, t
 
 def test_this_servers_own_rate_limit_is_a_429_within_the_deadline(fake, tmp_path, keys):
     options = options_for(fake, tmp_path, upstream_rate=0.5, upstream_burst=1, request_deadline=1.0)
-    with ThreadServer(create_web_app(build_backend(options), request_deadline=1.0)) as server:
+    with ThreadServer(create_app(WebService(build_backend(options), request_deadline=1.0))) as server:
         started = time.monotonic()
         response = retrieve(server, {"queries": ["own limit a", "own limit b", "own limit c"]})
         assert response.status_code == 429 and time.monotonic() - started < 2.0

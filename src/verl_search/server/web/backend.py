@@ -28,7 +28,7 @@ MIN_RESULTS = 10
 
 
 class WebBackend:
-    """Cache, single flight and the upstream APIs, for `server.web.app`.
+    """Cache, single flight and the upstream APIs, for `server.web.service`.
 
     Args:
         upstream: the API client.
