@@ -87,6 +87,9 @@ def test_the_report_has_the_probe_section_when_both_probes_ran(tmp_path):
     assert report["probe"]["score"]["before"] == 0.25 and report["probe"]["score"]["after"] == 0.75
     assert "## Sampled reward on the frontier probe set" in (tmp_path / "report.md").read_text()
     assert write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes={})["probe"] is None
+    assert "--balance-positions" not in (tmp_path / "report.md").read_text()
+    write_report(tmp_path, models, {}, {}, {"title": "t", "options": {"balance_positions": True}}, samples=100)
+    assert "(`--balance-positions`)" in (tmp_path / "report.md").read_text()
 
 
 def test_control_is_the_same_grpo_run_on_permuted_scores_in_one_command(tmp_path, monkeypatch, tiny_qwen):
@@ -138,3 +141,34 @@ def test_the_report_compares_the_control_with_the_start_model(tmp_path):
     assert report["probe"]["score"]["after"] == 0.75 and report["probe_control"]["score"]["after"] == 0.5
     text = (tmp_path / "report.md").read_text()
     assert "| grpo_control | all | 4 |" in text and "The control: the same GRPO run" in text
+
+
+def test_balancing_keeps_as_many_first_as_last_named_golds_and_every_other_row(tmp_path):
+    from verl_search.quickstart.frontier import balance_gold_positions, gold_position
+
+    questions = [("Which came first, Jaws or Alien?", "Jaws"), ("Who is older, Ann or Bob?", "Ann"),
+                 ("Which is longer, the Nile or the Amazon?", "Amazon"), ("Who died first, Cy or Di?", "Di"),
+                 ("Which film is older, Up or Cars?", "Cars"), ("Who directed Jaws?", "Steven Spielberg"),
+                 ("Is Up a film?", "yes"), ("Which is it, A or B?", "C")]
+    frame = pd.DataFrame([{"data_source": "2wiki", "extra_info": {"id": str(i), "question": q},
+                           "reward_model": {"ground_truth": {"target": [gold]}}} for i, (q, gold) in enumerate(questions)])
+    frame.to_parquet(tmp_path / "frontier.parquet")
+    assert [gold_position(q, [g]) for q, g in questions] == ["first", "first", "last", "last", "last", None, None, None]
+    summary = balance_gold_positions(tmp_path / "frontier.parquet", tmp_path / "balanced.parquet", seed=0, minimum=2)
+    assert summary == {"rows": 7, "first": 2, "last": 3, "dropped": 1}
+    kept = pd.read_parquet(tmp_path / "balanced.parquet")
+    ids = [row["id"] for row in kept["extra_info"]]
+    positions = [gold_position(q, [g]) for q, g in (questions[int(i)] for i in ids)]
+    assert positions.count("first") == positions.count("last") == 2 and ids == sorted(ids, key=int)
+    assert {"5", "6", "7"} <= set(ids)  # the other shapes, and a gold naming neither option, are all kept
+    # the same seed drops the same row; too few rows left is refused, naming the flag
+    balance_gold_positions(tmp_path / "frontier.parquet", tmp_path / "again.parquet", seed=0, minimum=2)
+    assert list(pd.read_parquet(tmp_path / "again.parquet")["extra_info"]) == list(kept["extra_info"])
+    with pytest.raises(ValueError, match="--balance-positions"):
+        balance_gold_positions(tmp_path / "frontier.parquet", tmp_path / "none.parquet", seed=0, minimum=8)
+
+
+def test_balancing_needs_frontier_questions():
+    with pytest.raises(ValueError, match="--frontier-questions"):
+        QuickstartOptions(balance_positions=True)
+    assert QuickstartOptions(balance_positions=True, frontier_questions=8).balance_positions

@@ -12,6 +12,11 @@ with fresh samples (`probe_cold_start`, `probe_grpo`), and the report compares t
 question, paired. Fresh samples, not the frontier stage's own: questions picked because their first samples
 were mixed regress toward their true rate when sampled again, and the paired comparison must not mistake that
 for learning (or forgetting).
+
+With `--balance-positions`, GRPO trains on the frontier rows with as many two-option questions ("..., X or Y?")
+whose gold is the first-named option as whose gold is the last (`balance_gold_positions`; the probe set stays
+every frontier question): where one position holds most golds, "always name that position" is what the reward
+pays most often, and GRPO learns that habit instead of the task (docs/learning-run.md).
 """
 
 from __future__ import annotations
@@ -78,5 +83,55 @@ def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, min
         raise ValueError(f"{len(keep)} of {len(rows)} training questions are at the start model's frontier ({summary}); "
                          f"a GRPO step needs {minimum}: raise --frontier-questions or --frontier-samples, or pass "
                          "--frontier-questions 0 to train on every question")
+    rows.iloc[keep].to_parquet(out_file, index=False)
+    return summary
+
+
+def gold_position(question: str, golds) -> str | None:
+    """`first` or `last`: which named option of a two-option question (`eval.baselines.question_options`) the
+    gold answers name (normalised exact match); None for another shape, or a gold naming both or neither.
+
+    >>> gold_position("Which film came out first, Jaws or Alien?", ["Alien"])
+    'last'
+    """
+    from verl_search.eval.baselines import question_options
+    from verl_search.rewards.qa import normalize_answer
+
+    options = question_options(question)
+    if options is None:
+        return None
+    first, last = (normalize_answer(option) for option in options)
+    named = {normalize_answer(str(gold)) for gold in golds}
+    if (first in named) == (last in named):
+        return None
+    return "first" if first in named else "last"
+
+
+def balance_gold_positions(frontier_file: Path, out_file: Path, seed: int, minimum: int) -> dict:
+    """GRPO's training rows: the frontier's, with the two-option questions cut to as many whose gold is the
+    first-named option as whose gold is the last (a random choice of the larger side's, fixed by `seed`; file
+    order kept); every other row kept. Written to `out_file`.
+
+    Returns:
+        `{"rows", "first", "last", "dropped"}`: rows written, two-option rows of each position before the cut,
+        rows dropped.
+
+    Raises:
+        ValueError: fewer than `minimum` rows (one GRPO step's questions) are left; the message says what to change.
+    """
+    import pandas as pd
+
+    rows = pd.read_parquet(frontier_file)
+    positions = [gold_position(row["extra_info"]["question"], list(row["reward_model"]["ground_truth"]["target"]))
+                 for row in rows.to_dict("records")]
+    sides = {side: [i for i, position in enumerate(positions) if position == side] for side in ("first", "last")}
+    keep_each = min(len(sides["first"]), len(sides["last"]))
+    larger = max(sides.values(), key=len)
+    dropped = set(random.Random(f"balance:{seed}").sample(larger, len(larger) - keep_each))
+    keep = [i for i in range(len(rows)) if i not in dropped]
+    summary = {"rows": len(keep), "first": len(sides["first"]), "last": len(sides["last"]), "dropped": len(dropped)}
+    if len(keep) < minimum:
+        raise ValueError(f"{len(keep)} frontier questions are left after balancing the gold's position ({summary}); "
+                         f"a GRPO step needs {minimum}: raise --frontier-questions, or leave out --balance-positions")
     rows.iloc[keep].to_parquet(out_file, index=False)
     return summary

@@ -45,6 +45,9 @@ class QuickstartOptions:
             answered in some but not all samples, and the start and GRPO models are measured on them
             again (the probe set, `verl_search.quickstart.frontier`); 0 (default): GRPO trains on
             every training question and no probe set is measured.
+        balance_positions: GRPO trains on the frontier questions with as many two-option questions whose gold
+            is the first-named option as the last (the surplus dropped; `frontier.balance_gold_positions`),
+            so that naming one position is not what the reward pays most; needs `frontier_questions`.
         permuted_reward: the control run: GRPO's scores shuffled among each step's trajectories
             (`verl_search.training.replay_buffer`), everything else the same; compare with the same run
             without it.
@@ -90,6 +93,9 @@ class QuickstartOptions:
         "training questions measured before GRPO; GRPO trains on those the start model answers sometimes, "
         "which are also the probe set (0: every question, no probe set)"))
     frontier_samples: int = field(default=8, metadata=_help("rollouts per frontier and probe question"))
+    balance_positions: bool = field(default=False, metadata=_help(
+        "GRPO trains on as many frontier two-option questions whose gold is the first-named option as the last "
+        "(needs --frontier-questions)"))
     permuted_reward: bool = field(default=False, metadata=_help(
         "the control: GRPO trains on its scores shuffled among each step's trajectories"))
     control: bool = field(default=False, metadata=_help(
@@ -124,6 +130,9 @@ class QuickstartOptions:
         if self.control and (self.permuted_reward or not self.grpo_steps):
             raise ValueError(f"--control trains GRPO and its permuted-reward control; it needs --grpo-steps >= 1 "
                              f"(got {self.grpo_steps}) and no --permuted-reward (got {self.permuted_reward})")
+        if self.balance_positions and not self.frontier_questions:
+            raise ValueError("--balance-positions balances the frontier questions GRPO trains on: it needs "
+                             "--frontier-questions N (N >= 1)")
         if self.group_size < 2 and self.grpo_steps:
             raise ValueError(f"--group-size={self.group_size}: GRPO needs at least 2 rollouts per question")
 

@@ -183,6 +183,7 @@ class Quickstart:
         self.train_file = self.out / "data" / "train.parquet"
         self.test_file = self.out / "data" / "test.parquet"
         self.frontier_file = self.out / "data" / "frontier.parquet"
+        self.balanced_file = self.out / "data" / "frontier_balanced.parquet"
         from verl_search.cpu.engine import choose_engine
 
         # one engine for every evaluation and GRPO's rollouts, chosen as `verl-search eval` chooses
@@ -222,7 +223,7 @@ class Quickstart:
                 Stage("probe_cold_start", probe, ("frontier",), lambda: self.probe("cold_start", self.start_model())),
             ]
         grpo = ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine", "reward",
-                "filter_groups", "max_gen_batches", "permuted_reward", "seed", *PROTOCOL_KEYS)
+                "filter_groups", "max_gen_batches", "permuted_reward", "balance_positions", "seed", *PROTOCOL_KEYS)
         if o.grpo_steps:
             stages += [
                 Stage("grpo", grpo, ("index", "data", "cold_start", *frontier), self.grpo),
@@ -316,6 +317,12 @@ class Quickstart:
         out = self.out / name
         out.mkdir(parents=True, exist_ok=True)
         train_file = self.frontier_file if o.frontier_questions else self.train_file
+        if o.balance_positions:  # pandas in a child: the driver stays light
+            from verl_search.quickstart.frontier import balance_gold_positions
+
+            logger.info("GRPO's questions balanced by the gold's position: %s", in_child(
+                balance_gold_positions, self.frontier_file, self.balanced_file, o.seed, o.prompts_per_step))
+            train_file = self.balanced_file
         overrides = grpo_overrides(self.protocol, model=start, train_file=train_file, val_file=self.test_file,
                                    out=out, steps=o.grpo_steps, prompts_per_step=o.prompts_per_step,
                                    group_size=o.group_size, lr=o.grpo_lr, kl=False, reward=o.reward,

@@ -194,6 +194,9 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
                   "malformed or cut; `verl_search.rewards.research`).", ""]
     elif meta.get("options", {}).get("reward"):
         parts += [f"GRPO's reward: `{meta['options']['reward']}` (`verl-search quickstart --reward`).", ""]
+    if meta.get("options", {}).get("balance_positions"):
+        parts += ["GRPO's questions: the frontier's, with as many two-option questions whose gold is the first-named "
+                  "option as the last (`--balance-positions`).", ""]
     parts += [models_table(summaries),
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
              "## By question shape, beside baselines that know nothing", "",

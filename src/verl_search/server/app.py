@@ -24,7 +24,6 @@ of them with `app.dependency_overrides`.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -49,8 +48,6 @@ from verl_search.server.validation import (
     retriever_unavailable,
     validation_error,
 )
-
-logger = logging.getLogger(__name__)
 
 ARRIVAL_KEY = "verl_search.arrival"
 RETRIEVE_PATH = "/retrieve"

@@ -52,7 +52,6 @@ class RetrievalService:
 
     title = "verl-search retrieval service"
     description = "Search-R1-compatible passage retrieval (BM25 or dense faiss) with cross-request micro-batching."
-    error_handlers: dict = {}
 
     def __init__(self, settings: ServerSettings, cache: QueryCache, pages=None,
                  health_extras: Callable[[], dict] | None = None, source: RetrieverSource | None = None,
@@ -69,6 +68,7 @@ class RetrievalService:
         self.retriever: Retriever | None = None
         self.batcher: MicroBatcher | None = None
         self.source, self.on_load_failure, self.routes = source, on_load_failure, tuple(routes)
+        self.error_handlers: dict = {}  # its errors (a lost shard: RetrieverUnavailableError) are the app's
 
     def start(self) -> None:
         """Load `source` in a background thread (`load`): `/health` answers `loading` until it is in memory."""
