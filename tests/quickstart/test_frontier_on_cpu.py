@@ -144,7 +144,8 @@ def test_the_report_compares_the_control_with_the_start_model(tmp_path):
 
 
 def test_balancing_keeps_as_many_first_as_last_named_golds_and_every_other_row(tmp_path):
-    from verl_search.quickstart.frontier import balance_gold_positions, gold_position
+    from verl_search.eval.baselines import gold_position
+    from verl_search.quickstart.frontier import balance_gold_positions
 
     questions = [("Which came first, Jaws or Alien?", "Jaws"), ("Who is older, Ann or Bob?", "Ann"),
                  ("Which is longer, the Nile or the Amazon?", "Amazon"), ("Who died first, Cy or Di?", "Di"),

@@ -39,6 +39,32 @@ def question_options(question: str) -> tuple[str, str] | None:
     return (match["first"].strip(), match["last"].strip()) if match else None
 
 
+def named_option(options: tuple[str, str], answer: str) -> str:
+    """`first`, `last` or `neither`: which of a two-option question's options (`question_options`) `answer`
+    names (normalised exact match; the first when both normalise alike).
+
+    >>> named_option(("Jaws", "Alien"), "alien")
+    'last'
+    """
+    answer = normalize_answer(answer)
+    first, last = (normalize_answer(option) for option in options)
+    return "first" if answer == first else "last" if answer == last else "neither"
+
+
+def gold_position(question: str, golds: Iterable[str]) -> str | None:
+    """`first` or `last`: which option of a two-option question the gold answers name; None for another shape,
+    or golds naming both options or neither.
+
+    >>> gold_position("Which film came out first, Jaws or Alien?", ["Alien"])
+    'last'
+    """
+    options = question_options(question)
+    if options is None or normalize_answer(options[0]) == normalize_answer(options[1]):
+        return None
+    named = {named_option(options, str(gold)) for gold in golds} - {"neither"}
+    return named.pop() if len(named) == 1 else None
+
+
 def question_shape(question: str) -> str:
     """`two_option` ("..., X or Y?"), `yes_no` (opens with an auxiliary verb: "Are X and Y both ...?") or
     `open`.
@@ -86,11 +112,8 @@ def option_shares(records: list[dict]) -> dict[str, float]:
     named = Counter()
     for record in records:
         options = question_options(record["question"])
-        if not options:
-            continue
-        prediction = normalize_answer(record.get("prediction") or "")
-        first, last = (normalize_answer(option) for option in options)
-        named["first" if prediction == first else "last" if prediction == last else "neither"] += 1
+        if options:
+            named[named_option(options, record.get("prediction") or "")] += 1
     total = sum(named.values())
     return {key: named[key] / total if total else 0.0 for key in ("first", "last", "neither")}
 

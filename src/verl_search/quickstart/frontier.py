@@ -14,7 +14,7 @@ were mixed regress toward their true rate when sampled again, and the paired com
 for learning (or forgetting).
 
 With `--balance-positions`, GRPO trains on the frontier rows with as many two-option questions ("..., X or Y?")
-whose gold is the first-named option as whose gold is the last (`balance_gold_positions`; the probe set stays
+whose gold is the first-named option as whose gold is the last (`balance_gold_positions`, by `eval.baselines.gold_position`; the probe set stays
 every frontier question): where one position holds most golds, "always name that position" is what the reward
 pays most often, and GRPO learns that habit instead of the task (docs/learning-run.md).
 """
@@ -87,26 +87,6 @@ def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, min
     return summary
 
 
-def gold_position(question: str, golds) -> str | None:
-    """`first` or `last`: which named option of a two-option question (`eval.baselines.question_options`) the
-    gold answers name (normalised exact match); None for another shape, or a gold naming both or neither.
-
-    >>> gold_position("Which film came out first, Jaws or Alien?", ["Alien"])
-    'last'
-    """
-    from verl_search.eval.baselines import question_options
-    from verl_search.rewards.qa import normalize_answer
-
-    options = question_options(question)
-    if options is None:
-        return None
-    first, last = (normalize_answer(option) for option in options)
-    named = {normalize_answer(str(gold)) for gold in golds}
-    if (first in named) == (last in named):
-        return None
-    return "first" if first in named else "last"
-
-
 def balance_gold_positions(frontier_file: Path, out_file: Path, seed: int, minimum: int) -> dict:
     """GRPO's training rows: the frontier's, with the two-option questions cut to as many whose gold is the
     first-named option as whose gold is the last (a random choice of the larger side's, fixed by `seed`; file
@@ -120,6 +100,8 @@ def balance_gold_positions(frontier_file: Path, out_file: Path, seed: int, minim
         ValueError: fewer than `minimum` rows (one GRPO step's questions) are left; the message says what to change.
     """
     import pandas as pd
+
+    from verl_search.eval.baselines import gold_position
 
     rows = pd.read_parquet(frontier_file)
     positions = [gold_position(row["extra_info"]["question"], list(row["reward_model"]["ground_truth"]["target"]))
