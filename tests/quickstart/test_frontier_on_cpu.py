@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from verl_search.eval.report import by_question
-from verl_search.quickstart.frontier import frontier_ids, sampled_success, write_candidates, write_frontier
+from verl_search.quickstart.frontier import (frontier_ids, sampled_success, trained_measure, write_candidates,
+                                             write_frontier)
 from verl_search.quickstart.options import QuickstartOptions
 from verl_search.quickstart.report import probe_comparison
 
@@ -20,10 +21,11 @@ def rows(count: int) -> pd.DataFrame:
                           "reward_model": {"ground_truth": {"target": ["a"]}}} for i in range(count)])
 
 
-def evaluation(folder, successes: dict[str, list[int]]):
-    """An eval folder whose report holds `by_question` for these samples (question id -> EM per sample)."""
-    records = [{"id": f"2wiki/{qid}#{k}", "em": float(em), "score": float(em)}
-               for qid, ems in successes.items() for k, em in enumerate(ems)]
+def evaluation(folder, successes: dict[str, list[float]]):
+    """An eval folder whose report holds `by_question` for these samples (question id -> F1 per sample; EM is
+    whether it is 1)."""
+    records = [{"id": f"2wiki/{qid}#{k}", "em": float(f1 == 1), "f1": float(f1), "score": float(f1 == 1)}
+               for qid, f1s in successes.items() for k, f1 in enumerate(f1s)]
     folder.mkdir(parents=True)
     (folder / "report.json").write_text(json.dumps({"by_question": by_question(records)}))
 
@@ -38,12 +40,33 @@ def test_the_frontier_is_the_questions_answered_in_some_samples(tmp_path):
                                    ids[4]: [0, 0, 0], ids[5]: [0, 0, 0]})
     assert sorted(frontier_ids(sampled_success(tmp_path / "eval"))) == sorted([f"2wiki/{ids[1]}", f"2wiki/{ids[3]}"])
     summary = write_frontier(tmp_path / "candidates.parquet", tmp_path / "eval", tmp_path / "frontier.parquet", 2)
-    assert summary == {"candidates": 6, "never": 3, "sometimes": 2, "always": 1}
+    assert summary == {"candidates": 6, "never": 3, "sometimes": 2, "always": 1, "measure": "em", "frontier": 2}
     assert [row["id"] for row in pd.read_parquet(tmp_path / "frontier.parquet")["extra_info"]] == [ids[1], ids[3]]
     with pytest.raises(ValueError, match="2 of 6 training questions are at the start model's frontier.*needs 4"):
         write_frontier(tmp_path / "candidates.parquet", tmp_path / "eval", tmp_path / "f.parquet", 4)
     with pytest.raises(FileNotFoundError, match="--samples"):
         sampled_success(tmp_path / "nothing")
+
+
+def test_an_f1_reward_puts_partly_answered_questions_at_the_frontier(tmp_path):
+    pd.DataFrame(rows(5)).to_parquet(tmp_path / "candidates.parquet")
+    # 0: never; 1: partly right in one sample (F1 0.5), never exactly; 2: exactly in one; 3: always; 4: always
+    # partly right, never exactly (mean F1 0.5: at the F1 frontier though its group may score alike)
+    evaluation(tmp_path / "eval", {"0": [0, 0, 0], "1": [0, 0.5, 0], "2": [1, 0, 0], "3": [1, 1, 1],
+                                   "4": [0.5, 0.5, 0.5]})
+    by_question = sampled_success(tmp_path / "eval")
+    assert by_question["questions"]["2wiki/1"]["f1"] == pytest.approx(0.5 / 3)
+    assert frontier_ids(by_question, "em") == ["2wiki/2"]
+    assert frontier_ids(by_question, "f1") == ["2wiki/1", "2wiki/2", "2wiki/4"]
+    summary = write_frontier(tmp_path / "candidates.parquet", tmp_path / "eval", tmp_path / "frontier.parquet", 2,
+                             measure="f1")
+    assert (summary["measure"], summary["frontier"], summary["sometimes"]) == ("f1", 3, 1)
+    assert [row["id"] for row in pd.read_parquet(tmp_path / "frontier.parquet")["extra_info"]] == ["1", "2", "4"]
+    with pytest.raises(ValueError, match="measure='cover_em': use one of em, f1"):
+        frontier_ids(by_question, "cover_em")
+    # what GRPO's reward pays decides the measure: the F1 reward, or ReSearch's (an F1 reward) whatever --reward
+    assert [trained_measure(r, p) for r, p in [("em", "search_r1"), ("f1", "search_r1"), ("em", "research")]] == [
+        "em", "f1", "f1"]
 
 
 def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):
@@ -57,6 +80,7 @@ def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):
     stages = {s.name: s for s in Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers",
                                                               frontier_questions=40)).stages()}
     assert "frontier" in stages["grpo"].needs and "frontier_questions" in stages["frontier"].keys
+    assert "reward" in stages["frontier"].keys  # the reward decides which questions are at the frontier
     quickstart = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_samples=6))
     options = quickstart.sampled("m", tmp_path / "frontier.parquet", "probe_grpo")
     assert (options.samples, options.temperature, options.out) == (6, 1.0, str(tmp_path / "eval" / "probe_grpo"))
@@ -65,13 +89,15 @@ def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):
 
 
 def test_the_probe_comparison_pairs_each_questions_sampled_reward():
-    before = [{"id": f"2wiki/{q}#{k}", "score": float(k == 0), "em": float(k == 0)} for q in range(4) for k in range(4)]
-    after = [{"id": f"2wiki/{q}#{k}", "score": float(k < 2 + (q == 0)), "em": float(k < 2)} for q in range(4)
-             for k in range(4)]
+    before = [{"id": f"2wiki/{q}#{k}", "score": float(k == 0), "em": float(k == 0), "f1": float(k == 0)}
+              for q in range(4) for k in range(4)]
+    after = [{"id": f"2wiki/{q}#{k}", "score": float(k < 2 + (q == 0)), "em": float(k < 2), "f1": 0.5 + 0.5 * (k < 2)}
+             for q in range(4) for k in range(4)]
     comparison = probe_comparison(before, after, samples=200, seed=0)
     assert comparison["em"]["before"] == 0.25 and comparison["em"]["after"] == 0.5
     assert comparison["score"]["mean_diff"] == pytest.approx((0.5 + 0.25 * 3) / 4)
     assert comparison["score"]["better"] == 4 and comparison["score"]["n"] == 4
+    assert (comparison["f1"]["before"], comparison["f1"]["after"]) == (0.25, 0.75)
 
 
 def test_the_report_has_the_probe_section_when_both_probes_ran(tmp_path):

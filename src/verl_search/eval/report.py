@@ -127,7 +127,7 @@ def by_question(records: list[dict]) -> dict:
     """Each question's sampled success over its records (`rows.repeat_rows`: ids `QUESTION#k`).
 
     Returns:
-        `{"questions": {question id: {"samples", "em", "score"}}` (means over its samples), `"never"`,
+        `{"questions": {question id: {"samples", "em", "f1", "score"}}` (means over its samples), `"never"`,
         `"sometimes"`, `"always"`: questions whose samples matched exactly in none, some or all of them
         (`"sometimes"`: the questions at the policy's frontier, the ones whose GRPO groups carry signal)}.
     """
@@ -136,8 +136,9 @@ def by_question(records: list[dict]) -> dict:
     groups: dict[str, list[dict]] = defaultdict(list)
     for record in records:
         groups[question_id(record["id"])].append(record)
-    questions = {qid: {"samples": len(rows), "em": sum(r["em"] for r in rows) / len(rows),
-                       "score": sum(r["score"] for r in rows) / len(rows)} for qid, rows in sorted(groups.items())}
+    questions = {qid: {"samples": len(rows), **{key: sum(r[key] for r in rows) / len(rows)
+                                                for key in ("em", "f1", "score")}}
+                 for qid, rows in sorted(groups.items())}
     return {"questions": questions, "never": sum(q["em"] == 0 for q in questions.values()),
             "sometimes": sum(0 < q["em"] < 1 for q in questions.values()),
             "always": sum(q["em"] == 1 for q in questions.values())}

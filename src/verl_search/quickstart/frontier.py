@@ -5,7 +5,7 @@ answers), all of a group's responses score alike and the group carries no signal
 it after paying for its generation. The frontier stage measures, before GRPO, the start model's sampled
 success on `--frontier-questions` training questions (`--frontier-samples` rollouts each at the recipe's
 rollout temperature, `verl-search eval --samples`), and GRPO trains on the questions answered in some but not
-all samples: a difficulty filter (as in DAPO and ReSearch-style curricula), whose cost is that evaluation.
+all samples (exactly, for the EM reward; at least partly, by token F1, for an F1 reward): a difficulty filter (as in DAPO and ReSearch-style curricula), whose cost is that evaluation.
 
 The same questions are the **probe set**: the start model and the GRPO model are each measured on them again
 with fresh samples (`probe_cold_start`, `probe_grpo`), and the report compares their sampled reward per
@@ -53,21 +53,43 @@ def sampled_success(eval_folder: Path) -> dict:
     return by_question
 
 
-def frontier_ids(by_question: dict) -> list[str]:
-    """Ids of the questions answered (exact match) in some but not all of their samples (`sampled_success`)."""
-    return [qid for qid, q in by_question["questions"].items() if 0 < q["em"] < 1]
+FRONTIER_MEASURES = ("em", "f1")
+"""What a frontier question is answered by in some but not all samples: `em` (exact match, the EM reward's
+signal) or `f1` (token F1: the F1 reward also pays a partly right answer, so its groups carry signal on
+questions never answered exactly)."""
 
 
-def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, minimum: int) -> dict:
-    """The candidate rows at the frontier (`frontier_ids` of the evaluation in `eval_folder`) written to
-    `out_file`.
+def trained_measure(reward: str, protocol: str) -> str:
+    """The `FRONTIER_MEASURES` key GRPO's reward pays: `f1` for an F1 reward (`--reward f1`, or the `research`
+    protocol, whose reward is ReSearch's F1), else `em`."""
+    return "f1" if reward == "f1" or protocol == "research" else "em"
 
-    Returns:
-        `{"candidates", "never", "sometimes", "always"}`: question counts of the frontier evaluation.
+
+def frontier_ids(by_question: dict, measure: str = "em") -> list[str]:
+    """Ids of the questions whose `measure` (a `FRONTIER_MEASURES` key), averaged over their samples
+    (`sampled_success`), lies strictly between 0 and 1: with `em`, answered exactly in some but not all samples;
+    with `f1`, also those answered partly in some samples ("Los Angeles" for "Los Angeles County").
 
     Raises:
-        ValueError: fewer than `minimum` (one GRPO step's questions) at the frontier; the message says what to
-            change.
+        ValueError: `measure` is not one of `FRONTIER_MEASURES`.
+    """
+    if measure not in FRONTIER_MEASURES:
+        raise ValueError(f"measure={measure!r}: use one of {', '.join(FRONTIER_MEASURES)}")
+    return [qid for qid, q in by_question["questions"].items() if 0 < q[measure] < 1]
+
+
+def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, minimum: int,
+                   measure: str = "em") -> dict:
+    """The candidate rows at the frontier (`frontier_ids(..., measure)` of the evaluation in `eval_folder`)
+    written to `out_file`.
+
+    Returns:
+        `{"candidates", "never", "sometimes", "always", "measure", "frontier"}`: question counts of the frontier
+        evaluation (never / sometimes / always by exact match), the measure and how many rows were written.
+
+    Raises:
+        ValueError: fewer than `minimum` (one GRPO step's questions) at the frontier (the message says what to
+            change), or `measure` unknown.
         FileNotFoundError: as `sampled_success`.
     """
     import pandas as pd
@@ -75,10 +97,11 @@ def write_frontier(candidates_file: Path, eval_folder: Path, out_file: Path, min
     from verl_search.eval.rows import row_id
 
     by_question = sampled_success(eval_folder)
-    wanted = set(frontier_ids(by_question))
+    wanted = set(frontier_ids(by_question, measure))
     rows = pd.read_parquet(candidates_file)
     keep = [i for i, row in enumerate(rows.to_dict("records")) if row_id(row) in wanted]
-    summary = {"candidates": len(rows), **{k: by_question[k] for k in ("never", "sometimes", "always")}}
+    summary = {"candidates": len(rows), **{k: by_question[k] for k in ("never", "sometimes", "always")},
+               "measure": measure, "frontier": len(keep)}
     if len(keep) < minimum:
         raise ValueError(f"{len(keep)} of {len(rows)} training questions are at the start model's frontier ({summary}); "
                          f"a GRPO step needs {minimum}: raise --frontier-questions or --frontier-samples, or pass "

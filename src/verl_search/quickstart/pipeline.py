@@ -219,7 +219,7 @@ class Quickstart:
         if o.grpo_steps and o.frontier_questions:
             stages += [
                 Stage("frontier", ("model", "sft_examples", "frontier_questions", "frontier_samples", "prompts_per_step",
-                                   "seed", *protocol), ("index", "data", "cold_start"), self.frontier),
+                                   "reward", "seed", *protocol), ("index", "data", "cold_start"), self.frontier),
                 Stage("probe_cold_start", probe, ("frontier",), lambda: self.probe("cold_start", self.start_model())),
             ]
         grpo = ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine", "reward",
@@ -289,16 +289,16 @@ class Quickstart:
 
     def frontier(self) -> None:
         """The start model's sampled success on `--frontier-questions` training questions; those answered
-        sometimes become GRPO's training questions and the probe set (`quickstart.frontier`)."""
+        sometimes (`frontier.trained_measure`) become GRPO's training questions and the probe set."""
         from verl_search.eval.harness import run_eval
-        from verl_search.quickstart.frontier import write_candidates, write_frontier
+        from verl_search.quickstart.frontier import trained_measure, write_candidates, write_frontier
 
         o = self.options
         candidates = self.out / "data" / "frontier_candidates.parquet"
         in_child(write_candidates, self.train_file, candidates, o.frontier_questions, o.seed)
         in_child(run_eval, self.sampled(self.start_model(), candidates, "frontier"))
         summary = in_child(write_frontier, candidates, self.out / "eval" / "frontier", self.frontier_file,
-                           o.prompts_per_step)
+                           o.prompts_per_step, trained_measure(o.reward, o.protocol))
         logger.info("frontier: %s", summary)
 
     def probe(self, name: str, model) -> None:

@@ -32,7 +32,7 @@ def _cell(entry: dict, key: str) -> str:
 
 
 def probe_comparison(before: list[dict], after: list[dict], samples: int, seed: int) -> dict:
-    """The probe set's sampled reward and EM per question, before vs after GRPO, paired over the questions
+    """The probe set's sampled reward, EM and F1 per question, before vs after GRPO, paired over the questions
     (`paired_bootstrap` of the per-question means, `verl_search.eval.report.by_question`;
     `verl_search.quickstart.frontier`).
 
@@ -46,17 +46,17 @@ def probe_comparison(before: list[dict], after: list[dict], samples: int, seed: 
     if not ids:
         raise ValueError("the probe evaluations share no question")
     result = {}
-    for key in ("score", "em"):
+    for key in ("score", "em", "f1"):
         result[key] = paired_bootstrap([a[i][key] for i in ids], [b[i][key] for i in ids], samples, seed)
         result[key].update(before=sum(a[i][key] for i in ids) / len(ids), after=sum(b[i][key] for i in ids) / len(ids))
     return result
 
 
 def probe_table(comparison: dict) -> str:
-    """Markdown: the probe set's sampled reward and EM before and after GRPO, with the paired difference."""
+    """Markdown: the probe set's sampled reward, EM and F1 before and after GRPO, with the paired difference."""
     lines = ["| per question, mean over its samples | before GRPO | after GRPO | difference [95% bootstrap CI] | "
              "better / worse | sign test p |", "| --- | ---: | ---: | --- | --- | ---: |"]
-    for key, label in (("score", "reward"), ("em", "EM")):
+    for key, label in (("score", "eval score"), ("em", "EM"), ("f1", "F1")):
         c = comparison[key]
         lines.append(f"| {label} | {c['before']:.3f} | {c['after']:.3f} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, "
                      f"{c['ci95'][1]:+.3f}] | {c['better']} / {c['worse']} | {c['sign_p']:.3f} |")
@@ -205,8 +205,10 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     if probe:
         parts += ["## Sampled reward on the frontier probe set", "",
                   f"The {probe['score']['n']} training questions the start model answered in some but not all of its "
-                  "samples before GRPO (`--frontier-questions`), each measured again with fresh samples at "
-                  "temperature 1 on the start model and on the GRPO model; paired over the questions.", "",
+                  "samples before GRPO (`--frontier-questions`; by exact match, or by token F1 where GRPO trains on "
+                  "an F1 reward), each measured again with fresh samples at temperature 1 on the start model and on "
+                  "the GRPO model; paired over the questions. Eval score: `verl-search eval`'s score "
+                  "(`verl_search.rewards.compute_score`, its default weights).", "",
                   probe_table(probe)]
         if probe_control:
             parts += ["The control: the same GRPO run (start model, questions, seed, steps) on scores shuffled within "
