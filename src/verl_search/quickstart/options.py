@@ -42,7 +42,8 @@ class QuickstartOptions:
             stops with an error (0: no limit).
         frontier_questions: training questions whose sampled success the start model is measured on
             before GRPO (`frontier_samples` rollouts each at temperature 1); GRPO then trains on those
-            answered in some but not all samples, and the start and GRPO models are measured on them
+            answered in some but not all samples (by exact match, or by token F1 where GRPO trains on an
+            F1 reward: `frontier.trained_measure`), and the start and GRPO models are measured on them
             again (the probe set, `verl_search.quickstart.frontier`); 0 (default): GRPO trains on
             every training question and no probe set is measured.
         balance_positions: GRPO trains on the frontier questions with as many two-option questions whose gold
@@ -90,7 +91,8 @@ class QuickstartOptions:
     max_gen_batches: int = field(default=100, metadata=_help(
         "generation batches a GRPO step may use to find groups with signal (0: no limit)"))
     frontier_questions: int = field(default=0, metadata=_help(
-        "training questions measured before GRPO; GRPO trains on those the start model answers sometimes, "
+        "training questions measured before GRPO; GRPO trains on those the start model answers sometimes "
+        "(by EM, or by F1 for an F1 reward), "
         "which are also the probe set (0: every question, no probe set)"))
     frontier_samples: int = field(default=8, metadata=_help("rollouts per frontier and probe question"))
     balance_positions: bool = field(default=False, metadata=_help(
