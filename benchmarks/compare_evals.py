@@ -5,7 +5,9 @@ nothing (`verl_search.eval.baselines`). Prints markdown.
     python benchmarks/compare_evals.py BEFORE_FOLDER AFTER_FOLDER [AFTER_FOLDER ...] [--train data/train.parquet]
 
 Each folder holds an evaluation's `trajectories.jsonl` (or `trajectories.jsonl.gz`); the first is the baseline
-every other is compared with, on the questions all of them share.
+every other is compared with, on the questions all of them share. An evaluation with several samples per question
+(`verl-search eval --samples`, such as the quickstart's frontier and probe folders) is compared per question, on the
+mean of its samples (`verl_search.eval.report.by_question`), and without the by-shape table.
 """
 
 from __future__ import annotations
@@ -16,13 +18,21 @@ import json
 from pathlib import Path
 
 from verl_search.eval.baselines import by_shape, question_shape, shape_table
+from verl_search.eval.report import by_question
+from verl_search.eval.rows import SAMPLE_MARK, question_id
 from verl_search.quickstart.report import paired_bootstrap, training_answer
 
 
 def records(folder: Path) -> dict[str, dict]:
+    """Question id -> record; for a sampled evaluation, question id -> `{"question", "samples", "em", "f1",
+    "score"}` (means over its samples)."""
     plain, packed = folder / "trajectories.jsonl", folder / "trajectories.jsonl.gz"
     lines = plain.read_text().splitlines() if plain.is_file() else gzip.open(packed, "rt").read().splitlines()
-    return {r["id"]: r for r in map(json.loads, lines)}
+    rows = {r["id"]: r for r in map(json.loads, lines)}
+    if not any(SAMPLE_MARK in i for i in rows):
+        return rows
+    questions = {question_id(i): r["question"] for i, r in rows.items()}
+    return {q: {**means, "question": questions[q]} for q, means in by_question(list(rows.values()))["questions"].items()}
 
 
 def main() -> None:
@@ -30,7 +40,10 @@ def main() -> None:
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--train", type=Path, help="training parquet: adds the most-frequent-answer baseline")
     args = parser.parse_args()
-    runs = {folder.name: records(folder) for folder in args.folders}
+    labels = [folder.name for folder in args.folders]
+    if len(set(labels)) < len(labels):  # runs/a/eval/frontier, runs/b/eval/frontier: the whole paths
+        labels = [str(folder) for folder in args.folders]
+    runs = {label: records(folder) for label, folder in zip(labels, args.folders)}
     names = list(runs)
     ids = sorted(set.intersection(*(set(r) for r in runs.values())))
     print(f"{len(ids)} questions in common\n")
@@ -44,6 +57,8 @@ def main() -> None:
                 c = paired_bootstrap([runs[names[0]][i][key] for i in chosen], [runs[after][i][key] for i in chosen])
                 print(f"| {names[0]} -> {after}: {key} | {shape} | {c['n']} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, "
                       f"{c['ci95'][1]:+.3f}] | {c['better']} / {c['worse']} | {c['sign_p']:.3f} |")
+    if any("samples" in run[ids[0]] for run in runs.values()):
+        return  # sampled: no single answer per question to put beside the baselines
     frequent = training_answer(args.train) if args.train else None
     print()
     print(shape_table(by_shape({name: [runs[name][i] for i in ids] for name in names}, frequent)))
