@@ -32,7 +32,8 @@ def records(folder: Path) -> dict[str, dict]:
     if not any(SAMPLE_MARK in i for i in rows):
         return rows
     questions = {question_id(i): r["question"] for i, r in rows.items()}
-    return {q: {**means, "question": questions[q]} for q, means in by_question(list(rows.values()))["questions"].items()}
+    means = by_question(list(rows.values()))["questions"]
+    return {q: {**means[q], "question": questions[q]} for q in means}
 
 
 def main() -> None:

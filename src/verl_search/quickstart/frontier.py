@@ -5,7 +5,8 @@ answers), all of a group's responses score alike and the group carries no signal
 it after paying for its generation. The frontier stage measures, before GRPO, the start model's sampled
 success on `--frontier-questions` training questions (`--frontier-samples` rollouts each at the recipe's
 rollout temperature, `verl-search eval --samples`), and GRPO trains on the questions answered in some but not
-all samples (exactly, for the EM reward; at least partly, by token F1, for an F1 reward): a difficulty filter (as in DAPO and ReSearch-style curricula), whose cost is that evaluation.
+all samples (exactly, for the EM reward; at least partly, by token F1, for an F1 reward): a difficulty filter
+(as in DAPO and ReSearch-style curricula), whose cost is that evaluation.
 
 The same questions are the **probe set**: the start model and the GRPO model are each measured on them again
 with fresh samples (`probe_cold_start`, `probe_grpo`), and the report compares their sampled reward per
