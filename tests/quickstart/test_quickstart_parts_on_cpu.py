@@ -107,6 +107,27 @@ def test_a_failed_stage_keeps_its_time_and_stays_unfinished(tmp_path):
     assert record_a.status == "started" and record_a.seconds >= 0 and record_a.attempts == 1
 
 
+def _train_into(ckpt, fail=False):
+    def run():  # a trainer's step: a checkpoint written, then the stage either finishes or dies
+        (ckpt / "global_step_1").mkdir(parents=True, exist_ok=True)
+        (ckpt / "global_step_1" / "optim.pt").write_bytes(b"state")
+        if fail:
+            raise RuntimeError("trainer died")
+    return run
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_done_stage_s_checkpoint_is_removed_unless_kept(tmp_path, keep):
+    options = QuickstartOptions(out=str(tmp_path), keep_checkpoints=keep)
+    ckpt = tmp_path / "grpo" / "ckpt"
+    with pytest.raises(RuntimeError, match="trainer died"):
+        run_stages([Stage("grpo", (), (), _train_into(ckpt, fail=True), ckpt)], options)
+    assert (ckpt / "global_step_1" / "optim.pt").is_file()  # an unfinished stage resumes from it
+    run_stages([Stage("grpo", (), (), _train_into(ckpt), ckpt)], options)
+    assert read_record(tmp_path / "stages", "grpo").status == "done"
+    assert ckpt.is_dir() == keep
+
+
 def test_other_options_are_refused_naming_what_changed_even_upstream(tmp_path):
     options = QuickstartOptions(out=str(tmp_path), test_questions=10)
     stages = [Stage("data", ("test_questions",), (), lambda: None),

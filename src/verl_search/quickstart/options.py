@@ -69,6 +69,10 @@ class QuickstartOptions:
         recipe: the GRPO recipe YAML users run on GPUs, overridden to CPU size
             (`grpo.grpo_overrides`); `None`: the shipped Search-R1 GRPO recipe (`grpo.shipped_recipe`).
         export: a folder to copy the report and the files behind it into (`pipeline.export_run`).
+        keep_checkpoints: keep the cold start's and GRPO's trainer checkpoints (with optimizer state: about
+            2 GB and 1.6 GB for SmolLM2-135M) once their stage is done; by default they are removed then, since
+            later stages and reruns read the merged `hf/` folders and only an interrupted stage resumes
+            from its checkpoint.
     """
 
     out: str = field(default="runs/quickstart", metadata=_help("output folder (a rerun reuses finished stages)"))
@@ -117,6 +121,9 @@ class QuickstartOptions:
         "the GRPO recipe YAML (default: the shipped examples/grpo_qwen2.5-3b-base_search_r1/config.yaml)"))
     export: str | None = field(default=None, metadata=_help("also copy the files behind the report here "
                                                              "(no index, checkpoints or models)"))
+    keep_checkpoints: bool = field(default=False, metadata=_help(
+        "keep the trainers' checkpoints (optimizer state included) after their stage is done (default: removed; "
+        "later stages read the merged hf/ folders)"))
 
     def __post_init__(self):
         for name in ("test_questions", "sft_epochs", "sft_batch_size", "prompts_per_step", "group_size",

@@ -9,7 +9,7 @@
 | `eval_cold_start` | `eval/cold_start/` | cold_start |
 | `frontier` | `data/frontier.parquet`, `eval/frontier/` (`--frontier-questions` only) | cold_start |
 | `probe_cold_start` | `eval/probe_cold_start/` (the start model on the frontier, fresh samples) | frontier |
-| `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start, frontier |
+| `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint till done, `hf/`) | cold_start, frontier |
 | `eval_grpo` | `eval/grpo/` | grpo |
 | `probe_grpo` | `eval/probe_grpo/` (the GRPO model on the frontier) | grpo, frontier |
 | `grpo_control` | `grpo_control/`: GRPO on scores shuffled within each step (`--control` only) | as grpo |
@@ -24,7 +24,9 @@ its inputs' fingerprints), its status and its seconds. A finished stage with the
 is skipped; an unfinished one is run again and resumes where it stopped (an evaluation skips the
 questions already in its `trajectories.jsonl`; the SFT and GRPO trainers resume from their last
 checkpoint, `trainer.resume_mode=auto`). A stage recorded with another fingerprint is refused
-(`ValueError` naming the options that differ): its folder holds another run's output.
+(`ValueError` naming the options that differ): its folder holds another run's output. A trainer's
+checkpoint (`ckpt/`, optimizer state included) is removed once its stage is done, since later stages and
+reruns read the merged `hf/` folder (`--keep-checkpoints` keeps it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,12 +53,15 @@ PROTOCOL_KEYS = ("protocol", "max_turns", "topk", "max_tokens_per_turn", "max_ob
 @dataclass
 class Stage:
     """One stage: `name`, the option fields its output depends on (`keys`), the stages whose output
-    it reads (`needs`), and `run()` (which may resume a partial output)."""
+    it reads (`needs`), `run()` (which may resume a partial output), and `checkpoints`: the trainer's
+    checkpoint folder, which only an unfinished attempt resumes from (`run_stages` removes it once the
+    stage is done, unless `--keep-checkpoints`)."""
 
     name: str
     keys: tuple[str, ...]
     needs: tuple[str, ...]
     run: Callable[[], None]
+    checkpoints: Path | None = None
 
 
 @dataclass
@@ -160,6 +166,8 @@ def run_stages(stages: list[Stage], options: QuickstartOptions) -> dict[str, dic
                     record.cpu_seconds += cpu_seconds() - cpu
                     record.load.append([round(load, 2), round(os.getloadavg()[0], 2)])
                     write_record(folder, stage.name, record)
+                if stage.checkpoints is not None and not options.keep_checkpoints:
+                    shutil.rmtree(stage.checkpoints, ignore_errors=True)  # the stage's hf/ is what later ones read
             else:
                 logger.info("stage %s: done before, skipped", stage.name)
             record = read_record(folder, stage.name)
@@ -210,7 +218,8 @@ class Quickstart:
         if o.sft_examples:
             stages += [
                 Stage("cold_start", ("model", "sft_examples", "sft_epochs", "sft_batch_size", "sft_lr", "seed",
-                                     *PROTOCOL_KEYS), ("index", "data"), self.cold_start),
+                                     *PROTOCOL_KEYS), ("index", "data"), self.cold_start,
+                      self.out / "cold_start" / "ckpt"),
                 Stage("eval_cold_start", protocol, ("cold_start", "data"),
                       lambda: self.evaluate("cold_start", self.out / "cold_start" / "hf")),
             ]
@@ -226,7 +235,7 @@ class Quickstart:
                 "filter_groups", "max_gen_batches", "permuted_reward", "balance_positions", "seed", *PROTOCOL_KEYS)
         if o.grpo_steps:
             stages += [
-                Stage("grpo", grpo, ("index", "data", "cold_start", *frontier), self.grpo),
+                Stage("grpo", grpo, ("index", "data", "cold_start", *frontier), self.grpo, self.out / "grpo" / "ckpt"),
                 Stage("eval_grpo", protocol, ("grpo", "data"), lambda: self.evaluate("grpo", self.out / "grpo" / "hf")),
             ]
         if o.grpo_steps and o.frontier_questions:
@@ -236,7 +245,7 @@ class Quickstart:
             control = self.out / CONTROL / "hf"
             stages += [
                 Stage(CONTROL, (*grpo, "control"), ("index", "data", "cold_start", *frontier),
-                      lambda: self.grpo(CONTROL, permuted_reward=True)),
+                      lambda: self.grpo(CONTROL, permuted_reward=True), self.out / CONTROL / "ckpt"),
                 Stage(f"eval_{CONTROL}", protocol, (CONTROL, "data"), lambda: self.evaluate(CONTROL, control)),
             ]
             if o.frontier_questions:
