@@ -111,7 +111,10 @@ def test_the_report_has_the_probe_section_when_both_probes_ran(tmp_path):
               "grpo": [record(f"2wiki/1#{k}", float(k < 3)) for k in range(4)]}
     report = write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes=probes)
     assert report["probe"]["score"]["before"] == 0.25 and report["probe"]["score"]["after"] == 0.75
-    assert "## Sampled reward on the frontier probe set" in (tmp_path / "report.md").read_text()
+    text = (tmp_path / "report.md").read_text()
+    assert "## Sampled reward on the frontier probe set" in text and "(`--frontier-questions`; by exact match)" in text
+    write_report(tmp_path, models, {}, {}, {"title": "t", "options": {"reward": "f1"}}, samples=100, probes=probes)
+    assert "by token F1, the measure GRPO's reward pays" in (tmp_path / "report.md").read_text()
     assert write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes={})["probe"] is None
     assert "--balance-positions" not in (tmp_path / "report.md").read_text()
     write_report(tmp_path, models, {}, {}, {"title": "t", "options": {"balance_positions": True}}, samples=100)

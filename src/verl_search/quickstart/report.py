@@ -203,11 +203,16 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
              "Two-option questions name their candidates (\"..., X or Y?\"); a model's gain on a shape counts only "
              "above the best baseline there (`verl_search.eval.baselines`).", "", shape_table(shapes)]
     if probe:
+        from verl_search.quickstart.frontier import trained_measure
+
+        options = meta.get("options", {})
+        rule = {"em": "by exact match", "f1": "by token F1, the measure GRPO's reward pays"}[
+            trained_measure(options.get("reward", "em"), options.get("protocol", "search_r1"))]
         parts += ["## Sampled reward on the frontier probe set", "",
                   f"The {probe['score']['n']} training questions the start model answered in some but not all of its "
-                  "samples before GRPO (`--frontier-questions`; by exact match, or by token F1 where GRPO trains on "
-                  "an F1 reward), each measured again with fresh samples at temperature 1 on the start model and on "
-                  "the GRPO model; paired over the questions. Eval score: `verl-search eval`'s score "
+                  f"samples before GRPO (`--frontier-questions`; {rule}), each measured again with fresh samples at "
+                  "temperature 1 on the start model and on the GRPO model; paired over the questions. Eval score: "
+                  "`verl-search eval`'s score "
                   "(`verl_search.rewards.compute_score`, its default weights).", "",
                   probe_table(probe)]
         if probe_control:
