@@ -9,7 +9,7 @@
 | `eval_cold_start` | `eval/cold_start/` | cold_start |
 | `frontier` | `data/frontier.parquet`, `eval/frontier/` (`--frontier-questions` only) | cold_start |
 | `probe_cold_start` | `eval/probe_cold_start/` (the start model on the frontier, fresh samples) | frontier |
-| `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint till done, `hf/`) | cold_start, frontier |
+| `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start, frontier |
 | `eval_grpo` | `eval/grpo/` | grpo |
 | `probe_grpo` | `eval/probe_grpo/` (the GRPO model on the frontier) | grpo, frontier |
 | `grpo_control` | `grpo_control/`: GRPO on scores shuffled within each step (`--control` only) | as grpo |
