@@ -9,6 +9,9 @@ Every run is instrumented through verl's public hooks only:
   value losses (critic) of the step's own batch before and after the update, with verl's computations;
 * verl's file logger (`VERL_FILE_LOGGER_PATH`): the metrics of every step.
 
+`actor_checkpoint` reads the actor's weights from verl's checkpoint; `rollout_probability_gap` recomputes the
+probabilities of recorded samples under given weights, to compare with the rollout engine's.
+
 `VERL_SEARCH_TEST_REWARD=constant` replaces the recipe's reward by `constant_reward.py` (our reward's
 outputs with the score fixed at 0): the training tests must then fail, which shows that what they assert
 comes from the reward (docs/development.md shows the command and the failure).
@@ -84,6 +87,41 @@ def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str,
             entry = json.loads(line)
             by_step.setdefault(entry["step"], {}).update(entry["data"])
     return {"code": result.returncode, "log": log, "metrics": by_step, "records": _lines(record), "probe": _lines(probe)}
+
+
+def actor_checkpoint(ckpt: Path, step: int) -> dict:
+    """The actor's weights in verl's checkpoint of `step` under `ckpt` (`trainer.default_local_dir`), as plain
+    tensors by parameter name (FSDP2's DTensors made local: one logical GPU holds them all)."""
+    import torch
+
+    state = torch.load(ckpt / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt",
+                       map_location="cpu", weights_only=False)
+    return {name: (t.to_local() if hasattr(t, "to_local") else t) for name, t in state.items()}
+
+
+def rollout_probability_gap(model_folder, records: list[dict], state: dict | None = None) -> float:
+    """Largest |p_rollout - p| over the model-written response tokens of `records` (recorder.py lines), p the
+    probability under the model at `model_folder` (with `state` loaded), recomputed here with transformers at
+    temperature 1 over the full distribution, as the run samples; what verl's `rollout_probs_diff_max` measures."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_folder, dtype=torch.float32).eval()
+    if state is not None:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied to the embedding
+        model.tie_weights()
+    gap = 0.0
+    with torch.no_grad():
+        for record in records:
+            prompt, response = record["prompt_ids"], record["response_ids"]
+            hidden = model.model(input_ids=torch.tensor([prompt + response])).last_hidden_state[0]
+            log_probs = model.lm_head(hidden[len(prompt) - 1:-1]).log_softmax(-1)
+            mine = log_probs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1).exp()
+            written = torch.tensor(record["response_mask"], dtype=torch.bool)
+            theirs = torch.tensor(record["response_logprobs"]).exp()
+            gap = max(gap, float((mine - theirs)[written].abs().max()))
+    return gap
 
 
 def _lines(path: Path) -> list[dict]:

@@ -1,7 +1,8 @@
 """Test-only instrumentation through verl's public hook `rollout.agent.agent_loop_manager_class`:
 the agent-loop manager of verl's v1 trainer, whose workers also append every *training* sample
 they put into TransferQueue (the batch the trainer updates on) to `$VERL_SEARCH_TEST_RECORD` as
-JSON lines: TransferQueue key, response token ids, response_mask, reward and extra fields. Nothing else changes.
+JSON lines: TransferQueue key, prompt and response token ids, response_mask, the rollout's log-probs (where
+the run asks for them), reward and extra fields. Nothing else changes.
 
 Imported inside Ray workers: the test puts the repository root on PYTHONPATH (no package lives
 there in the src layout, so `verl_search` still comes from the install).
@@ -37,8 +38,10 @@ class RecordingWorker(AgentLoopWorkerTQ.__ray_metadata__.modified_class):
                     record.write(json.dumps({
                         "key": f"{kwargs['uid']}_{kwargs['session_id']}_{i}",  # its TransferQueue key
                         "global_steps": _plain(kwargs.get("global_steps")),
+                        "prompt_ids": list(item.prompt_ids),
                         "response_ids": list(item.response_ids),
                         "response_mask": list(item.response_mask),
+                        "response_logprobs": _plain(item.response_logprobs),
                         "reward_score": item.reward_score,
                         "extra_fields": _plain({k: v for k, v in item.extra_fields.items()
                                                 if k in ("num_searches", "failed_searches", "reward_extra_info",

@@ -22,7 +22,7 @@ import re
 import pytest
 
 from tests.training.answering_model import fitted_answering_model
-from tests.training.main_ppo import RECIPES, train
+from tests.training.main_ppo import RECIPES, actor_checkpoint, train
 from tests.training.test_recipes_on_cpu import COMMON
 
 pytestmark = pytest.mark.slow
@@ -50,14 +50,6 @@ def run(tiny_qwen, tmp_path_factory):
     return {"out": out, **result}
 
 
-def checkpoint_weights(ckpt, step: int) -> dict:
-    import torch
-
-    state = torch.load(ckpt / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt",
-                       map_location="cpu", weights_only=False)
-    return {name: (t.to_local() if hasattr(t, "to_local") else t) for name, t in state.items()}
-
-
 def test_the_update_ascends_the_rewards_objective(run):
     samples = [p for p in run["probe"] if p["kind"] == "actor" and p["step"] == 1]
     assert len(samples) == 12, len(samples)
@@ -75,7 +67,7 @@ def test_the_rollout_serves_each_steps_weights(run):
     updates = {int(k): (int(n), float(c)) for k, n, c in CHECKSUM.findall(run["log"])}
     assert {1, 2, 3} <= set(updates), sorted(updates)
     for step in (1, 2):
-        weights = checkpoint_weights(ckpt, step)
+        weights = actor_checkpoint(ckpt, step)
         count, logged = updates[step + 1]
         names = sorted(weights)[:count] if count < len(weights) else sorted(weights)
         assert logged == pytest.approx(weights_checksum([(n, weights[n]) for n in names]), rel=1e-9), (step, logged)
