@@ -116,11 +116,12 @@ def rollout_probability_gap(model_folder, records: list[dict], state: dict | Non
         for record in records:
             prompt, response = record["prompt_ids"], record["response_ids"]
             hidden = model.model(input_ids=torch.tensor([prompt + response])).last_hidden_state[0]
-            log_probs = model.lm_head(hidden[len(prompt) - 1:-1]).log_softmax(-1)
-            mine = log_probs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1).exp()
+            # the LM head (the whole vocabulary) only where the model wrote the next token, not the observations
             written = torch.tensor(record["response_mask"], dtype=torch.bool)
-            theirs = torch.tensor(record["response_logprobs"]).exp()
-            gap = max(gap, float((mine - theirs)[written].abs().max()))
+            log_probs = model.lm_head(hidden[len(prompt) - 1:-1][written]).log_softmax(-1)
+            mine = log_probs.gather(-1, torch.tensor(response)[written].unsqueeze(-1)).squeeze(-1).exp()
+            theirs = torch.tensor(record["response_logprobs"])[written].exp()
+            gap = max(gap, float((mine - theirs).abs().max()))
     return gap
 
 
