@@ -106,6 +106,8 @@ def rollout_probability_gap(model_folder, records: list[dict], state: dict | Non
     import torch
     from transformers import AutoModelForCausalLM
 
+    from verl_search.cpu.vllm_cpu import log_softmax_fp32
+
     model = AutoModelForCausalLM.from_pretrained(model_folder, dtype=torch.float32).eval()
     if state is not None:
         missing, unexpected = model.load_state_dict(state, strict=False)
@@ -118,7 +120,8 @@ def rollout_probability_gap(model_folder, records: list[dict], state: dict | Non
             hidden = model.model(input_ids=torch.tensor([prompt + response])).last_hidden_state[0]
             # the LM head (the whole vocabulary) only where the model wrote the next token, not the observations
             written = torch.tensor(record["response_mask"], dtype=torch.bool)
-            log_probs = model.lm_head(hidden[len(prompt) - 1:-1][written]).log_softmax(-1)
+            # verl's trainer's formula (`logits - logsumexp`): PyTorch's CPU fp32 log_softmax is off by up to 1.6e-4
+            log_probs = log_softmax_fp32(model.lm_head(hidden[len(prompt) - 1:-1][written]))
             mine = log_probs.gather(-1, torch.tensor(response)[written].unsqueeze(-1)).squeeze(-1).exp()
             theirs = torch.tensor(record["response_logprobs"])[written].exp()
             gap = max(gap, float((mine - theirs).abs().max()))

@@ -30,8 +30,8 @@ The behaviours covered here, once per recipe:
   the step's batch falls;
 * the rollout engine serves the trainer's weights: the rollout's log-probs equal the trainer's (verl's
   `training/rollout_probs_diff_max`) at every step, after a changing update (GRPO's step 2), and after the resume
-  they equal the step-2 checkpoint's (recomputed here with transformers); at top-p 0.95 (ReSearch's run) the
-  rollout's are the trainer's renormalised over the nucleus, never below them;
+  they equal the step-2 checkpoint's (recomputed here with transformers, the same bound); at top-p 0.95
+  (ReSearch's run) the rollout's are the trainer's renormalised over the nucleus, never below them;
 * rollout correction: the importance weights the actor's loss reads are `min(exp(trainer - rollout), 2)` token by
   token, below 1 where the two log-probs differ, and the `rollout_corr/*` metrics reach the logger;
 * a search ends the model's turn at the closing tag in the engine's own token ids, the observation follows,
@@ -72,11 +72,6 @@ FULL_DISTRIBUTION = ("actor_rollout_ref.rollout.top_p=1.0",)
 """The PPO recipe samples with top_p 0.95. vLLM's log-probs (verl's logprobs_mode=processed_logprobs) are
 taken after the top-p filter, renormalised over the nucleus (vllm/v1/sample/ops/topk_topp_sampler.py); the
 trainer's are not: verl's diff would then measure the nucleus, not the engine or the weight sync."""
-RECOMPUTED_TOLERANCE = 1e-3
-"""|p_rollout - p| where p is recomputed in the test with plain transformers (`main_ppo.rollout_probability_gap`):
-measured up to 1.0e-4 on the samples of steps 1-3 with the weights they were drawn from (verl's trainer, the same
-model under FSDP2 with padding removed, agrees with the rollout to 1.4e-6); on the 32 samples of the resumed step 3,
-the previous step's weights gave 0.16, the model folder's 0.53."""
 IS_THRESHOLD = 2.0
 FILTER_GROUPS = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward")
 """DAPO's group filtering on the score (what the quickstart turns on)."""
@@ -398,7 +393,9 @@ def test_a_resumed_run_loads_the_checkpoint_and_its_rollout_samples_those_weight
         assert "update_weights done" in resumed["log"], "the sync of the loaded weights"
     # the fresh rollout server samples the weights loaded from the checkpoint: its probabilities of the step-3
     # samples are the step-2 checkpoint's, not the step-1 checkpoint's nor the model folder's (the updates moved them)
-    records = resumed["records"]
-    assert rollout_probability_gap(run["model"], records, actor_checkpoint(ckpt, last)) < RECOMPUTED_TOLERANCE
-    assert rollout_probability_gap(run["model"], records, actor_checkpoint(ckpt, last - 1)) > 10 * RECOMPUTED_TOLERANCE
-    assert rollout_probability_gap(run["model"], records) > 10 * RECOMPUTED_TOLERANCE
+    # (recomputed with transformers and verl's formula: 9.5e-7 on the 32 samples in one run, where the step-1
+    # checkpoint gave 0.16-0.23 and the model folder 0.53-0.59; the bound for "other weights" is 1e-2)
+    records, other = resumed["records"], 100 * ROLLOUT_PROBS_TOLERANCE
+    assert rollout_probability_gap(run["model"], records, actor_checkpoint(ckpt, last)) < ROLLOUT_PROBS_TOLERANCE
+    assert rollout_probability_gap(run["model"], records, actor_checkpoint(ckpt, last - 1)) > other
+    assert rollout_probability_gap(run["model"], records) > other
