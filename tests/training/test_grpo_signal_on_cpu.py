@@ -112,7 +112,7 @@ def test_the_exported_run_rerenders_with_the_section_and_the_same_numbers(tmp_pa
     assert text.startswith(before)  # the models, comparisons, timings and curves are unchanged
     # the kept default run filtered out the groups without signal: none of the trained ones had equal rewards
     assert "## Why GRPO did not move" in text and "0 of 4 groups had all rewards equal" in text
-    assert "16 groups had all rewards equal and were replaced by fresh questions, of 21 generated" in text
+    assert "37 groups had all rewards equal and were replaced by fresh questions, of 41 generated" in text
     assert [s["step"] for s in report["grpo_signal"]] == [1, 2]
     assert json.loads((out / "report.json").read_text())["grpo_signal"][1]["rollouts"]["responses_with_advantage"] == 16
     with pytest.raises(FileNotFoundError, match="report.json"):
