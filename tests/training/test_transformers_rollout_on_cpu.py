@@ -4,10 +4,11 @@ of the shipped GRPO tool recipe (`verl-search train RECIPE --cpu`), 2 prompts x 
 
 The other recipes' full checks run on verl's vLLM rollout (`test_recipes_on_cpu.py`); this is the tool recipe's
 run through verl's trainer (its agent loop, verl's `ToolAgentLoop` with our `SearchTool`, is also tested on its own
-in `tests/integration/test_tool_agent_loop_on_cpu.py`). It checks what is the fallback's own: its weight sync (the rollout server logs a checksum of every
-weight set it loads: after step 1's update it must equal the actor's step-1 checkpoint and differ from the initial
-sync) and that the update it fed ascended the reward's objective. The tool URL is one where nothing listens, so every search fails at once and the failure counters
-of the step metrics are exercised end to end. The run is also the permuted-reward control
+in `tests/integration/test_tool_agent_loop_on_cpu.py`). It checks what is the fallback's own: its weight sync (the
+rollout server logs a checksum of every weight set it loads: after step 1's update it must equal the actor's step-1
+checkpoint and differ from the initial sync) and that the update it fed ascended the reward's objective. The tool
+URL is one where nothing listens, so every search fails at once and the failure counters of the step metrics are
+exercised end to end. The run is also the permuted-reward control
 (`sampler_kwargs.permute_scores`, `verl_search.training.replay_buffer`): the update trains on the step's true
 scores shuffled among its samples, exactly the seeded permutation.
 
