@@ -118,13 +118,15 @@ def two_nodes(bm25_index):
         second = ray_node(temp_dir, {**base, "RAY_SERVE_WORKER_PROXY_HTTP_PORT": str(port_b)},
                           "--address", address, "--num-cpus", "2")
         processes.append(second)
+        # Serve places replicas on the nodes alive when it deploys and starts a proxy only on nodes with a replica:
+        # a serve started before the second node joins puts both replicas on the head, and port_b never answers
+        wait_for(lambda: alive_nodes(address, base) == 2, 90, "two alive nodes")
         command = [sys.executable, "-m", "verl_search.server", "--index", str(bm25_index), "--port", str(port_a),
                    "--ray", "--ray-address", address, "--replicas", "2", "--num-cpus", "0.5", "--no-page-access"]
         server = subprocess.Popen(command, env=base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         wait_for(lambda: health(port_a)["replicas"] == {"retriever": 2}, 240, "serve --ray with 2 replicas")
         wait_until_ready(f"http://127.0.0.1:{port_b}", timeout=120)  # the second node's proxy
-        wait_for(lambda: alive_nodes(address, base) == 2, 60, "two alive nodes")
         yield {"head": port_a, "second": port_b, "second_node": second, "address": address, "env": base}
     finally:
         if server is not None:
