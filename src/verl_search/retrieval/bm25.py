@@ -98,16 +98,36 @@ class BM25Retriever:
         """Top-`topk` passages for each query (see `Retriever.search`); BM25 scores, best first."""
         return [hits_of_rows(self.corpus, rows) for rows in self.search_rows(queries, topk)]
 
+    def search_filled(self, queries: list[str], topk: int) -> list[list[Hit]]:
+        """Exactly `min(topk, num_passages)` passages for every query, as bm25s' `retrieve(k=topk)` returns
+        them: ReSearch's retriever (`src/flashrag/retriever/retriever.py`, `BM25Retriever._batch_search`,
+        branch `re-search`), which its `/batch_search` serves. Passages the query matches come first, then
+        passages of score 0 in bm25s' own order; a blank query, or one with no word in the vocabulary, gets
+        `topk` passages of score 0 (bm25s scores an empty query 0 everywhere).
+
+        `search` keeps Search-R1's behaviour instead (its pyserini BM25 returns only matching passages).
+
+        Raises:
+            ValueError: if `topk < 1`.
+        """
+        return [hits_of_rows(self.corpus, rows) for rows in self._retrieve(queries, topk, fill=True)]
+
     def search_rows(self, queries: list[str], topk: int) -> list[ScoredRows]:
         """Like `search`, but corpus rows and BM25 scores, with no passage looked up (hybrid fusion
         reads the passages of the fused top-k only).
 
         Returns:
-            `len(queries)` lists of at most `topk` `(row, score)` pairs, best first, scores > 0.
+            `len(queries)` lists of at most `topk` `(row, score)` pairs, best first, scores > 0: fewer
+            than `topk` when fewer passages hold a query word (as pyserini, Search-R1's BM25).
 
         Raises:
             ValueError: if `topk < 1`.
         """
+        return self._retrieve(queries, topk, fill=False)
+
+    def _retrieve(self, queries: list[str], topk: int, fill: bool) -> list[ScoredRows]:
+        """bm25s' top-`topk` rows per query; `fill`: all of them (zero scores included), else the
+        rows with score > 0 only (a query with no known word is not searched)."""
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
         bm25s = _require_bm25s()
@@ -116,18 +136,15 @@ class BM25Retriever:
         tokens = bm25s.tokenize(
             queries, stopwords=self.params["stopwords"], stemmer=self._stemmer, return_ids=False, show_progress=False
         )
-        # Queries with no term in the vocabulary would score every passage 0: they get no hits.
-        known = [i for i, terms in enumerate(tokens) if any(t in self._vocab for t in terms)]
-        if not known:
+        # Only known words count (bm25s drops the others); with no known word every passage scores 0.
+        tokens = [[t for t in terms if t in self._vocab] for terms in tokens]
+        searched = [i for i, terms in enumerate(tokens) if fill or terms]
+        if not searched:
             return results
         rows, scores = self._model.retrieve(
-            [tokens[i] for i in known], k=k, show_progress=False, n_threads=self.n_threads
+            [tokens[i] for i in searched], k=k, show_progress=False, n_threads=self.n_threads
         )
-        for position, query_index in enumerate(known):
-            found = []
-            for row, score in zip(rows[position].tolist(), scores[position].tolist()):
-                if score <= 0.0:
-                    break
-                found.append((int(row), float(score)))
-            results[query_index] = found
+        for position, query_index in enumerate(searched):
+            pairs = zip(rows[position].tolist(), scores[position].tolist())
+            results[query_index] = [(int(row), float(score)) for row, score in pairs if fill or score > 0.0]
         return results

@@ -7,7 +7,7 @@ FastAPI body parameter) and checked against the backend's limits; `GET /health`;
 header; draining (after SIGTERM, `server.serve`, new requests get 503 + `Retry-After` while those in flight
 are answered); a 422 that is never turned into a 500 by what it echoes (NaN, lone surrogates, 1 MB strings
 are made safe); a retriever that cannot answer now (a lost shard) as a 503; the OpenAPI page at `/docs`.
-The backend adds its own routes: over an index, `POST /batch_search` and `POST /search` (FlashRAG's, which
+The backend adds its own routes: over an index, `POST /batch_search` and `POST /search` (ReSearch's API, which
 ReSearch's rollout calls; `server.flashrag`) and `POST /access` (page access by id or title, when
 `index_service` gets `pages`; `server.access`).
 
@@ -36,7 +36,7 @@ from verl_search.retrieval.base import RetrieverUnavailableError
 from verl_search.server.access import CorpusPages, add_access_route
 from verl_search.server.backend import SearchBackend, get_service, get_settings, ready_service
 from verl_search.server.cache import QueryCache
-from verl_search.server.flashrag import add_flashrag_routes
+from verl_search.server.flashrag import add_research_routes
 from verl_search.server.schemas import HealthResponse, RetrieveResponse, encode_retrieve_response
 from verl_search.server.service import RetrievalService, RetrieverSource
 from verl_search.server.settings import ServerSettings
@@ -88,10 +88,10 @@ def index_service(
             None: no `/access` route.
 
     Returns:
-        a `RetrievalService` with FlashRAG's routes, and `/access` when `pages` is given.
+        a `RetrievalService` with ReSearch's routes, and `/access` when `pages` is given.
     """
     settings = settings or ServerSettings()
-    routes = (add_flashrag_routes, *((add_access_route,) if pages is not None else ()))
+    routes = (add_research_routes, *((add_access_route,) if pages is not None else ()))
     return RetrievalService(settings, QueryCache(settings.cache_mb, fingerprint), pages, health_extras,
                             source=retriever, on_load_failure=on_load_failure, routes=routes)
 

@@ -6,7 +6,7 @@
 searched, what `/health` reports and the backend's own routes are the backend's. Two backends ship:
 
 * the index (`server.service.RetrievalService`, built by `server.app.index_service`): a local BM25, dense or
-  hybrid retriever behind the micro-batcher and the query cache, with FlashRAG's routes and `/access`;
+  hybrid retriever behind the micro-batcher and the query cache, with ReSearch's routes and `/access`;
 * the web (`server.web.service.WebService`, `serve --backend web`): a web search API and a page reader.
 
 Routes never read `app.state.service` directly: they declare `Depends(get_service)`, `Depends(ready_service)`

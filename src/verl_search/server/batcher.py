@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 
 from verl_search.retrieval.base import Hit, Retriever
+from verl_search.retrieval.fill import search_filled
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +43,13 @@ logger = logging.getLogger(__name__)
 @dataclass(eq=False)
 class _Job:
     """One request: its queries, `topk`, the asyncio future of its hits (resolved in the future's
-    event loop), and how far the worker got."""
+    event loop), and how far the worker got; `fill`: answered by `retrieval.fill.search_filled`
+    (ReSearch's `/batch_search`: `topk` passages for every query) instead of `retriever.search`."""
 
     queries: list[str]
     topk: int
     future: asyncio.Future
+    fill: bool = False
     done: int = 0  # queries searched so far (the next slice starts here)
     hits: list = field(default_factory=list)
     abandoned: bool = False  # the caller gave up (client disconnected): drop the rest unsearched
@@ -140,16 +143,18 @@ class MicroBatcher:
         self._thread = threading.Thread(target=self._run, name="retrieval-batcher", daemon=True)
         self._thread.start()
 
-    async def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
-        """Queue a request and wait for its hits (`len(queries)` lists of at most `topk`).
+    async def search(self, queries: list[str], topk: int, fill: bool = False) -> list[list[Hit]]:
+        """Queue a request and wait for its hits (`len(queries)` lists of at most `topk`; with `fill`,
+        `retrieval.fill.search_filled`'s: `topk` for every query, as ReSearch's retriever).
 
         Raises:
             whatever `retriever.search` raised for a batch holding part of this request.
         """
-        return await self.submit(queries, topk)
+        return await self.submit(queries, topk, fill)
 
-    def submit(self, queries: list[str], topk: int) -> asyncio.Future:
-        """Queue a request; return an asyncio future of its hits (call from the event loop).
+    def submit(self, queries: list[str], topk: int, fill: bool = False) -> asyncio.Future:
+        """Queue a request; return an asyncio future of its hits (call from the event loop; `fill` as
+        in `search`).
 
         Cancelling the future drops the request: what the worker has not searched yet is never
         searched (checked before every slice). The worker resolves the futures finished by a batch
@@ -161,7 +166,7 @@ class MicroBatcher:
         if not queries:  # nothing to search: a job with no queries would never get a share of a batch
             future.set_result([])
             return future
-        job = _Job(queries=queries, topk=topk, future=future)
+        job = _Job(queries=queries, topk=topk, future=future, fill=fill)
         future.add_done_callback(lambda f: setattr(job, "abandoned", f.cancelled()))
         self._queue.put(job)
         return future
@@ -231,28 +236,32 @@ class MicroBatcher:
             self._pending = [job for job in self._pending if not job.finished]
 
     def _execute(self, slices: list[tuple[_Job, int]]) -> None:
-        """Search the next `count` queries of each `(job, count)` in one call; answer finished jobs."""
+        """Search the next `count` queries of each `(job, count)` in one call (two when filled jobs,
+        `_Job.fill`, share the batch with plain ones); answer finished jobs."""
         self._last_batch_jobs = len(slices)
-        queries = [q for job, count in slices for q in job.queries[job.done : job.done + count]]
+        queries = [(job.fill, q) for job, count in slices for q in job.queries[job.done : job.done + count]]
         self._last_batch_size = len(queries)
         distinct = list(dict.fromkeys(queries))
-        topk = max(job.topk for job, _ in slices)
+        by_query = {}
         started = time.perf_counter()
         try:
-            found = self.retriever.search(distinct, topk)
+            for fill in sorted({fill for fill, _ in distinct}):
+                texts = [q for f, q in distinct if f == fill]
+                topk = max(job.topk for job, _ in slices if job.fill == fill)
+                found = search_filled(self.retriever, texts, topk) if fill else self.retriever.search(texts, topk)
+                by_query.update(((fill, q), hits) for q, hits in zip(texts, found))
         except Exception as exc:  # these requests fail; the worker keeps serving
             logger.exception("retrieval failed for a batch of %d queries", len(distinct))
             self._answer([(job, exc) for job, _ in slices])
             return
         finally:
             self.search_seconds += time.perf_counter() - started
-        by_query = dict(zip(distinct, found))
         self.batches += 1
         self.queries += len(queries)
         self.duplicates += len(queries) - len(distinct)
         finished = []
         for job, count in slices:
-            job.hits.extend(by_query[q][: job.topk] for q in job.queries[job.done : job.done + count])
+            job.hits.extend(by_query[job.fill, q][: job.topk] for q in job.queries[job.done : job.done + count])
             job.done += count
             if job.remaining == 0:
                 finished.append((job, None))

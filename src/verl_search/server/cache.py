@@ -50,7 +50,7 @@ def entry_bytes(key: tuple, hits: Sequence[Any]) -> int:
 
 
 class QueryCache:
-    """LRU map from `(normalised query, topk, fingerprint)` to a query's hits.
+    """LRU map from `(normalised query, topk, fingerprint, fill)` to a query's hits.
 
     Args:
         max_mb: bound in MiB (2**20 bytes) of estimated size; `<= 0` disables the cache (every
@@ -77,18 +77,19 @@ class QueryCache:
     def entries(self) -> int:
         return len(self._entries)
 
-    def key(self, query: str, topk: int) -> tuple[str, int, str]:
-        """The cache key of `query` asked with `topk`."""
-        return normalise_query(query), topk, self.fingerprint
+    def key(self, query: str, topk: int, fill: bool = False) -> tuple[str, int, str, bool]:
+        """The cache key of `query` asked with `topk`; `fill`: asked through ReSearch's routes
+        (`retrieval.fill.search_filled`, `topk` passages for every query), another answer."""
+        return normalise_query(query), topk, self.fingerprint, fill
 
-    def lookup(self, queries: Sequence[str], topk: int) -> list[list | None]:
+    def lookup(self, queries: Sequence[str], topk: int, fill: bool = False) -> list[list | None]:
         """Per query, its cached hits (most recently used now), or None on a miss (counted)."""
         if not self.enabled:
             return [None] * len(queries)
         found: list[list | None] = []
         with self._lock:
             for query in queries:
-                key = self.key(query, topk)
+                key = self.key(query, topk, fill)
                 entry = self._entries.get(key)
                 if entry is None:
                     self.misses += 1
@@ -99,14 +100,14 @@ class QueryCache:
                     found.append(entry[0])
         return found
 
-    def store(self, queries: Sequence[str], topk: int, hits: Sequence[list]) -> None:
+    def store(self, queries: Sequence[str], topk: int, hits: Sequence[list], fill: bool = False) -> None:
         """Remember `hits[i]` for `queries[i]` asked with `topk`; evict least recently used entries
         until the estimated size is at most `max_mb` (an entry larger than the bound is not kept)."""
         if not self.enabled:
             return
         with self._lock:
             for query, row in zip(queries, hits):
-                key = self.key(query, topk)
+                key = self.key(query, topk, fill)
                 size = entry_bytes(key, row)
                 if size > self.max_bytes:
                     continue

@@ -2,7 +2,7 @@
 
 `RetrievalService` holds the components of an app over a local index: `settings`, the query `cache`, the
 `retriever` and its `batcher` once loaded, the corpus `pages` for `/access`, and the counters `/health`
-reports; `server.app.index_service` builds one with its routes (FlashRAG's, `/access`). Its routes receive
+reports; `server.app.index_service` builds one with its routes (ReSearch's, `/access`). Its routes receive
 the batcher and the cache through `Depends(ready_batcher)` and `Depends(get_cache)` (below), the service and
 its settings through `server.backend`'s dependencies, so a test swaps any of them with
 `app.dependency_overrides`.
@@ -90,11 +90,12 @@ class RetrievalService:
         hits, from_cache = await self.search(receive, self.batcher, self.cache, queries, topk)
         return hits, from_cache if self.cache.enabled else None
 
-    async def search(self, receive, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
+    async def search(self, receive, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int,
+                     fill: bool = False):
         """`search_through_cache`, counted in `in_flight` while it runs (a drain waits for it)."""
         self.in_flight += 1
         try:
-            return await search_through_cache(receive, batcher, cache, queries, topk)
+            return await search_through_cache(receive, batcher, cache, queries, topk, fill)
         finally:
             self.in_flight -= 1
 
@@ -172,10 +173,11 @@ async def _disconnected(receive) -> None:
         pass
 
 
-async def search_unless_gone(receive, batcher: MicroBatcher, queries: list[str], topk: int):
+async def search_unless_gone(receive, batcher: MicroBatcher, queries: list[str], topk: int, fill: bool = False):
     """The hits of `queries`, or None if the client disconnected first (its job is then dropped
-    by the batcher: what is not searched yet never is). `receive`: the request's ASGI receive."""
-    hits = batcher.submit(queries, topk)
+    by the batcher: what is not searched yet never is). `receive`: the request's ASGI receive;
+    `fill`: ReSearch's answer, `topk` passages for every query (`MicroBatcher.submit`)."""
+    hits = batcher.submit(queries, topk, fill)
     gone = asyncio.ensure_future(_disconnected(receive))
     gone.add_done_callback(lambda _: hits.cancel())  # one callback, not asyncio.wait's per-request bookkeeping
     try:
@@ -188,21 +190,22 @@ async def search_unless_gone(receive, batcher: MicroBatcher, queries: list[str],
         gone.cancel()
 
 
-async def search_through_cache(receive, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int):
-    """Answer what `cache` holds, search only the misses (as `search_unless_gone`) and store them.
+async def search_through_cache(receive, batcher: MicroBatcher, cache: QueryCache, queries: list[str], topk: int,
+                               fill: bool = False):
+    """Answer what `cache` holds, search only the misses (as `search_unless_gone`, `fill` likewise) and store them.
 
     Returns:
         `(hits or None, cache hits in this request)`: `len(queries)` lists of hits, or None if the
         client disconnected first. A disabled cache holds nothing, so every query is searched.
     """
-    cached = cache.lookup(queries, topk)
+    cached = cache.lookup(queries, topk, fill)
     missing = [i for i, row in enumerate(cached) if row is None]
     if not missing:
         return cached, len(queries)
-    found = await search_unless_gone(receive, batcher, [queries[i] for i in missing], topk)
+    found = await search_unless_gone(receive, batcher, [queries[i] for i in missing], topk, fill)
     if found is None:
         return None, len(queries) - len(missing)
-    cache.store([queries[i] for i in missing], topk, found)
+    cache.store([queries[i] for i in missing], topk, found, fill)
     for i, row in zip(missing, found):
         cached[i] = row
     return cached, len(queries) - len(missing)

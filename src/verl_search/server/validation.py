@@ -1,10 +1,10 @@
 """Requests in, errors out: the one home of request validation for every route of the retrieval service
-(`/retrieve`, FlashRAG's `/batch_search` and `/search`, the web backend's routes) and of its error responses.
+(`/retrieve`, ReSearch's `/batch_search` and `/search`, the web backend's routes) and of its error responses.
 
 * Bodies are read and validated by the routes themselves, not by FastAPI's body parameters: `parse_body(Model,
   raw)` is what FastAPI does with a `body: Model` parameter, in one pydantic-core call instead of `json.loads`,
   then validation, then the dependency machinery: about 15% less server CPU per request
-  (`benchmarks/bench_http_overhead.py`); with FastAPI body parameters, FlashRAG's routes answered 0.93 times
+  (`benchmarks/bench_http_overhead.py`); with FastAPI body parameters, ReSearch's routes answered 0.93 times
   `/retrieve`'s queries/s at 256 clients (`benchmarks/bench_flashrag_routes.py`, 2026-11-25). `openapi_body(Model)`
   documents the schema such a route reads.
 * The service's limits (`ServerSettings`: `max_topk`, `max_queries`, `max_query_chars`), one check for every
@@ -81,7 +81,7 @@ def check_limits(queries: Sequence[str], topk: int | None, settings: ServerSetti
     Args:
         queries, topk: the request's queries and top-k.
         queries_field, topk_field: their names in the route's body (`/retrieve`: `queries`, `topk`;
-            FlashRAG's routes: `query`, `top_n`), named in the error.
+            ReSearch's routes: `query`, `top_n`), named in the error.
 
     Raises:
         HTTPException: 422 naming the field when the top-k, the number of queries or a query's length is
