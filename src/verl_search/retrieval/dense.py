@@ -67,13 +67,15 @@ def check_gpu_compatible(index, path: str | os.PathLike = "the index") -> None:
                          "index type: index build --faiss-factory Flat | IVF4096,Flat | IVF4096,PQ64")
 
 
-def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None):
+def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None, before_move: Callable | None = None):
     """Read a faiss index file; move it to all GPUs (sharded, fp16) when there are any.
 
     Args:
         path: the index file (`faiss.write_index` output, e.g. Search-R1's `e5_Flat.index`).
         use_gpu: `None` (default) uses GPUs when faiss sees some; `False` keeps it on the CPU;
             `True` requires GPUs.
+        before_move: called with the index as read, on the CPU, before it moves (e.g. `verify_encoder`,
+            which reads stored vectors back: faiss's sharded GPU index cannot).
 
     Raises:
         ValueError: if the file cannot be read (truncated, corrupt, not a faiss index), or GPUs are to be
@@ -87,6 +89,8 @@ def load_faiss_index(path: str | os.PathLike, use_gpu: bool | None = None):
         reason = str(exc).rsplit("failed: ", 1)[-1].strip()
         raise ValueError(f"faiss index {path} cannot be read (truncated or corrupt: {reason}); "
                          "rebuild it with `verl-search index build`") from exc
+    if before_move is not None:
+        before_move(index)
     gpus = num_faiss_gpus()
     if use_gpu and gpus == 0:
         raise RuntimeError("use_gpu=True but faiss sees no GPU; install faiss-gpu-cu12 or pass use_gpu=False")
@@ -240,3 +244,43 @@ def verify_backend(index, encoder: SentenceEncoder, corpus: JsonlCorpus, rows: i
             f"{count} passages, need >= {min_cosine}); serve with the manifest's backend or rebuild the index")
     logger.info("encoder backend %s matches the index (lowest cosine %.5f over %d passages)", encoder.backend, worst, count)
     return worst
+
+
+#: lowest cosine accepted between the index's stored vectors and passages embedded by the same runtime in half
+#: precision (a CUDA encoder in fp16, `encoder.device_runtime`)
+HALF_PRECISION_MIN_COSINE = 0.999
+
+
+def verify_encoder(index, encoder: SentenceEncoder, corpus: JsonlCorpus, built_with: str) -> float | None:
+    """Check the serving encoder against the index's stored vectors where it may embed differently from the
+    encoder that built it: another backend (`verify_backend`, cosine >= 0.99), or the same backend in half
+    precision (`encoder.precision` fp16/bf16, cosine >= `HALF_PRECISION_MIN_COSINE`). A half-precision encoder
+    that fails its check is put back to fp32 (`SentenceEncoder.set_precision`, with a warning), not refused.
+
+    Args:
+        index: the index as loaded (faiss on the CPU, or `torch_exact.TorchExactIndex`).
+        encoder, corpus: the serving encoder and the index's corpus.
+        built_with: the backend that encoded the index (the manifest's; `torch` for the Search-R1 layout).
+
+    Returns:
+        the lowest cosine found, or None where nothing was checked (same backend in fp32; half precision over an
+        index that does not store its vectors, or put back to fp32: both logged as warnings).
+
+    Raises:
+        IndexMismatchError: another backend than `built_with` fails `verify_backend`.
+    """
+    if encoder.backend != built_with:
+        return verify_backend(index, encoder, corpus)
+    if encoder.precision == "float32":
+        return None
+    try:
+        return verify_backend(index, encoder, corpus, min_cosine=HALF_PRECISION_MIN_COSINE)
+    except IndexMismatchError as exc:
+        if "does not store" in str(exc):
+            logger.warning("the %s query encoder cannot be checked against this index (it does not store its "
+                           "vectors); serving it unchecked", encoder.precision)
+        else:
+            logger.warning("the query encoder in %s embeds passages unlike the index (%s); encoding in float32",
+                           encoder.precision, str(exc).split("(", 1)[-1].split(")")[0])
+            encoder.set_precision("float32")
+        return None

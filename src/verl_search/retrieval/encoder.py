@@ -106,6 +106,38 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+#: the query encoder's numeric precisions (torch dtype names)
+PRECISIONS = ("float32", "float16", "bfloat16")
+#: queries per forward pass on a CPU: sub-batches of similar length (see `SentenceEncoder`, `query_batch_size`)
+CPU_QUERY_BATCH_SIZE = 16
+#: queries per forward pass on a GPU: at least a whole micro-batch of the server (`max_batch_size`, default 256) in
+#: one forward; one forward of 256 queries costs about what one of 16 does there
+GPU_QUERY_BATCH_SIZE = 512
+
+
+@dataclass(frozen=True)
+class DeviceRuntime:
+    """How the torch encoder runs on a device: `precision` (a `PRECISIONS` name) and `query_batch_size`
+    (most queries per forward pass)."""
+
+    precision: str
+    query_batch_size: int
+
+
+def device_runtime(device: str) -> DeviceRuntime:
+    """The torch encoder's defaults for `device`: fp16 and whole micro-batches (`GPU_QUERY_BATCH_SIZE`) on CUDA,
+    fp32 and `CPU_QUERY_BATCH_SIZE`-query sub-batches elsewhere.
+
+    >>> device_runtime("cuda:0")
+    DeviceRuntime(precision='float16', query_batch_size=512)
+    >>> device_runtime("cpu")
+    DeviceRuntime(precision='float32', query_batch_size=16)
+    """
+    if device.startswith("cuda"):
+        return DeviceRuntime("float16", GPU_QUERY_BATCH_SIZE)
+    return DeviceRuntime("float32", CPU_QUERY_BATCH_SIZE)
+
+
 def _missing_modules(backend: str) -> list[str]:
     """The modules `backend` needs (`BACKENDS`) that are not installed here."""
     import importlib.util
@@ -229,11 +261,15 @@ class SentenceEncoder:
             single-threaded workers side by side (`single_threaded_workers`), a lone sub-batch
             by torch's intra-op threads (process-wide, `set_encoder_threads`). OpenVINO: its
             `INFERENCE_NUM_THREADS`. Ignored by ONNX Runtime. Raises ValueError if < 1.
-        query_batch_size: most queries per forward pass (default 16). Queries are sorted by
+        query_batch_size: most queries per forward pass (default `device_runtime(device)`: 16 on a CPU,
+            512 on CUDA, so that a server micro-batch is one forward there). Queries are sorted by
             length in tokens and encoded in sub-batches of this size (`length_groups`), or
             smaller so that every worker gets one: on a CPU, one 256-query pass is about 3x
             slower per query than 16-query passes (padding and cache misses), see
             `benchmarks/bench_retrieval_server.py`.
+        precision: torch backend: `"float32"`, `"float16"` or `"bfloat16"` weights and activations (default
+            `device_runtime(device)`: fp16 on CUDA, fp32 elsewhere); the other backends run in float32 only.
+            The loader checks a half-precision encoder against the index (`dense.verify_encoder`).
         calibration: passage texts that calibrate the `"openvino-int8"` quantiser (required there,
             ignored by the other backends), e.g. `quantize.calibration_passages(corpus)`; the
             passage prefix is put before them.
@@ -242,7 +278,8 @@ class SentenceEncoder:
         FileNotFoundError: if `path` is not a folder.
         ImportError: if sentence-transformers (or the backend's runtime) is missing, with the
             install command.
-        ValueError: an unknown `backend`, or `"openvino-int8"` without `calibration`.
+        ValueError: an unknown `backend` or `precision`, a half `precision` with another backend than torch,
+            or `"openvino-int8"` without `calibration`.
     """
 
     def __init__(
@@ -254,15 +291,19 @@ class SentenceEncoder:
         max_length: int | None = None,
         device: str | None = None,
         batch_size: int = 64,
-        query_batch_size: int = 16,
+        query_batch_size: int | None = None,
         backend: str = "torch",
         threads: int | None = None,
         calibration: Sequence[str] | None = None,
+        precision: str | None = None,
     ):
         folder = Path(path)
         if not folder.is_dir():
             raise FileNotFoundError(f"encoder folder {folder} does not exist; pass a local model folder with --encoder")
         _require_backend(backend)
+        if precision is not None and (precision not in PRECISIONS or (backend != "torch" and precision != "float32")):
+            raise ValueError(f"encoder precision must be one of {PRECISIONS} (torch) or float32 (other backends), "
+                             f"got {precision!r} with backend {backend!r}")
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
@@ -273,8 +314,10 @@ class SentenceEncoder:
         self.passage_prefix = default_passage if passage_prefix is None else passage_prefix
         self.normalize = normalize
         self.batch_size = batch_size
-        self.query_batch_size = query_batch_size
         self.backend = backend
+        runtime = device_runtime((device or default_device()) if backend == "torch" else "cpu")
+        self.query_batch_size = query_batch_size or runtime.query_batch_size
+        self.precision = "float32"
         if threads is not None and (backend == "torch" or threads < 1):
             set_encoder_threads(threads)
         self._workers: ThreadPoolExecutor | None = None  # torch on the CPU with more than one thread
@@ -287,6 +330,7 @@ class SentenceEncoder:
             count = threads or torch.get_num_threads()
             if device == "cpu" and count > 1:
                 self._workers, self._worker_count = single_threaded_workers(count), count
+            self.set_precision(precision or runtime.precision)
         else:
             load_from, runtime, model_kwargs = self.path, backend, {}
             if backend == INT8_BACKEND:
@@ -305,6 +349,22 @@ class SentenceEncoder:
             self._model.max_seq_length = max_length
         self.max_length = self._model.max_seq_length
         self.dim = int(self._model.get_embedding_dimension())
+
+    def set_precision(self, precision: str) -> None:
+        """Run the torch model in `precision` (a `PRECISIONS` name) from now on (`dense.verify_encoder` puts a
+        half-precision encoder that fails its check back to `"float32"`).
+
+        Raises:
+            ValueError: an unknown name, or a half precision on another backend than torch.
+        """
+        if precision not in PRECISIONS or (self.backend != "torch" and precision != "float32"):
+            raise ValueError(f"encoder precision must be one of {PRECISIONS} (torch) or float32, got {precision!r}")
+        if precision != self.precision:
+            import torch
+
+            self._model.to(getattr(torch, precision))
+            logger.info("query encoder on %s in %s", self._model.device, precision)
+        self.precision = precision
 
     @classmethod
     def from_settings(cls, settings: EncoderSettings, **kwargs) -> "SentenceEncoder":
@@ -363,7 +423,7 @@ class SentenceEncoder:
             vectors = self._model(features)["sentence_embedding"]
             if self.normalize:
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
-        return vectors.float().numpy()
+        return vectors.float().cpu().numpy()
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """Vectors for `queries` (with `query_prefix`), shape `(len(queries), dim)`, float32."""

@@ -62,6 +62,9 @@ class IndexSpec:
             default the runtime's own).
         hybrid: how a hybrid index fuses (default `HybridOptions()`).
         rerank: the rerank stage (`None`, or no `rerank.reranker`: none).
+        search_backend: dense: `"faiss"` (default: `load_faiss_index`, on faiss's GPUs when it sees some) or
+            `"torch"` (a Flat index searched exactly by torch, `torch_exact.TorchExactIndex`: fp16 on every visible
+            GPU, fp32 on the CPU where `use_gpu` is False or torch sees no GPU).
     """
 
     kind: str
@@ -74,6 +77,7 @@ class IndexSpec:
     encoder_threads: int | None = None
     hybrid: HybridOptions | None = None
     rerank: RerankOptions | None = None
+    search_backend: str = "faiss"
 
     def select(self, retriever: str | None) -> None:
         """Serve `retriever` (`"bm25"`, `"dense"` or `"hybrid"`) of this index; `None` keeps the manifest's.
@@ -138,11 +142,31 @@ class IndexSpec:
         Raises:
             IndexError: the index has no such shard.
         """
-        from verl_search.retrieval.dense import load_faiss_index
         from verl_search.retrieval.shards import ShardIndex
 
         info = self.shards[shard]
-        return ShardIndex(load_faiss_index(self.index_path / info.file, use_gpu=self.use_gpu), info)
+        return ShardIndex(self.open_vectors(self.index_path / info.file), info)
+
+    def open_vectors(self, path: Path, before_move=None):
+        """The dense index file `path` as `search_backend` searches it: a faiss index (`load_faiss_index`; `before_move`
+        sees it on the CPU first), or a `torch_exact.TorchExactIndex` (`before_move` sees it loaded).
+
+        Raises:
+            ValueError: `search_backend` is neither `faiss` nor `torch`, or `torch` and the file is no Flat index.
+        """
+        if self.search_backend == "faiss":
+            from verl_search.retrieval.dense import load_faiss_index
+
+            return load_faiss_index(path, use_gpu=self.use_gpu, before_move=before_move)
+        if self.search_backend != "torch":
+            raise ValueError(f"search backend must be 'faiss' or 'torch', got {self.search_backend!r}")
+        from verl_search.retrieval.torch_exact import TorchExactIndex
+
+        device = "cpu" if self.use_gpu is False else "cuda" if self.use_gpu else None
+        index = TorchExactIndex.from_faiss_file(path, device=device)
+        if before_move is not None:
+            before_move(index)
+        return index
 
     def load(self, search_shards=None) -> Retriever:
         """Load the retriever (slow: reads the index, loads the encoder); a sharded index loads
@@ -157,7 +181,8 @@ class IndexSpec:
         Raises:
             ValueError: if the index, encoder and corpus disagree (dimension, number of rows), or
                 (IndexMismatchError) the encoder backend is not the one that built the index and
-                its passage embeddings differ from the index's (`verify_backend`).
+                its passage embeddings differ from the index's (`dense.verify_encoder`; a half-precision
+                encoder that fails its check is put back to fp32 instead).
             FileNotFoundError: the reranker folder is not a model folder.
         """
         corpus = self.load_corpus()
@@ -184,7 +209,7 @@ class IndexSpec:
         return BM25Retriever(self.index_path / BM25_DIR, corpus, params)
 
     def _load_dense(self, corpus: JsonlCorpus, search_shards=None):
-        from verl_search.retrieval.dense import DenseRetriever, load_faiss_index, verify_backend
+        from verl_search.retrieval.dense import DenseRetriever, verify_encoder
 
         encoder = self.load_encoder(corpus)
         built_with = self.manifest.encoder.backend if self.manifest else "torch"
@@ -195,13 +220,11 @@ class IndexSpec:
             if search_shards is None:
                 local = [self.load_shard(i) for i in range(len(self.shards))]
                 search_shards = ShardedDenseRetriever.in_process(local)
-            if encoder.backend != built_with:  # shard 0 holds the first rows
-                verify_backend((local[0] if local else self.load_shard(0)).index, encoder, corpus)
+            if encoder.backend != built_with or encoder.precision != "float32":  # shard 0 holds the first rows
+                verify_encoder((local[0] if local else self.load_shard(0)).index, encoder, corpus, built_with)
             return ShardedDenseRetriever(encoder, corpus, search_shards, self.shards)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
-        index = load_faiss_index(faiss_file, use_gpu=self.use_gpu)
-        if encoder.backend != built_with:
-            verify_backend(index, encoder, corpus)
+        index = self.open_vectors(faiss_file, before_move=lambda loaded: verify_encoder(loaded, encoder, corpus, built_with))
         return DenseRetriever(index, encoder, corpus)
 
 
@@ -214,6 +237,7 @@ def resolve_index(
     query_prefix: str | None = None,
     passage_prefix: str | None = None,
     encoder_backend: str | None = None,
+    search_backend: str = "faiss",
 ) -> IndexSpec:
     """Check an index and what it will be served with; return an `IndexSpec` to load it.
 
@@ -231,17 +255,28 @@ def resolve_index(
             extra for a Flat or HNSW index built with torch, else the manifest's; `torch` for the Search-R1 layout).
             Another backend than the index's is checked against its stored vectors when it loads
             (`verify_backend`).
+        search_backend: `faiss` (default) or `torch` (see `IndexSpec`); `torch` needs a Flat index.
 
     Raises:
         FileNotFoundError: a path does not exist, or the folder is not a finished index.
-        IndexMismatchError: the corpus or encoder is not the one the index was built with.
+        IndexMismatchError: the corpus or encoder is not the one the index was built with, or `search_backend`
+            is `torch` and the manifest records another faiss factory than `Flat`.
+        ValueError: an unknown `search_backend`, or `torch` and a faiss file that is no Flat index.
     """
+    if search_backend not in ("faiss", "torch"):
+        raise ValueError(f"--search-backend must be faiss or torch, got {search_backend!r}")
     index_path = Path(index).resolve()
     if not index_path.exists():
         raise FileNotFoundError(f"index {index_path} does not exist; build one with `verl-search index build`")
     if index_path.is_file():
-        return _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix,
+        spec = _resolve_faiss_file(index_path, corpus, encoder, use_gpu, query_prefix, passage_prefix,
                                    encoder_backend or "torch")
+        spec.search_backend = search_backend
+        if search_backend == "torch":
+            from verl_search.retrieval.torch_exact import read_flat_vectors
+
+            read_flat_vectors(index_path)  # its header only: ValueError now for a file that is no Flat index
+        return spec
 
     manifest = Manifest.read(index_path)
     corpus_path = (resolve_corpus(corpus) if corpus else Path(manifest.corpus.path)).resolve()
@@ -271,7 +306,11 @@ def resolve_index(
         offsets_path=index_path / OFFSETS_NAME,
         manifest=manifest,
         use_gpu=use_gpu,
+        search_backend=search_backend,
     )
+    if search_backend == "torch" and manifest.retriever != "bm25" and (manifest.faiss_factory or "Flat").upper() != "FLAT":
+        raise IndexMismatchError(f"--search-backend torch searches Flat indexes exactly; {index_path} was built with "
+                                 f"--faiss-factory {manifest.faiss_factory}: serve it with --search-backend faiss")
     if manifest.retriever in ("dense", "hybrid"):
         built = manifest.encoder
         encoder_path = Path(encoder or built.path)

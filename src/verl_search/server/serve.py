@@ -39,7 +39,8 @@ class ServeOptions:
         index: index folder, or a faiss file (Search-R1 layout).
         corpus, encoder: default: the manifest's; required with a faiss file.
         host: bind address (default 127.0.0.1, this machine only); port: TCP port (default 8000).
-        cpu: keep the faiss index on the CPU even if GPUs are visible (default: GPUs when present).
+        cpu: keep the dense index (faiss's, or `--search-backend torch`'s vectors) on the CPU even if GPUs are
+            visible (default: GPUs when present).
         verify_corpus: check the corpus SHA-256 against the manifest (reads the whole corpus).
         encoder_backend: dense: the query encoder's runtime (`torch`, `onnx`, `openvino`, `openvino-int8`; default
             the manifest's, or `openvino` for a torch-built Flat or HNSW index where the `[openvino]` extra is
@@ -53,6 +54,9 @@ class ServeOptions:
             reader behind the same wire format, `WebOptions`).
         page_access: serve `POST /access` over the index's corpus (default on; `server.access`); its
             title table is built at load, once per corpus (cached under `$VERL_SEARCH_CACHE`).
+        search_backend: dense: `faiss` (default) or `torch`: a Flat index searched exactly by torch, its vectors in
+            fp16 across the visible GPUs (fp32 on the CPU with `--cpu` or without a GPU), no faiss-gpu needed
+            (`retrieval.torch_exact`).
     """
 
     index: str | None = field(default=None, metadata={
@@ -63,7 +67,7 @@ class ServeOptions:
         "help": "encoder folder (default: the one in the manifest; required for a faiss file)"})
     host: str = field(default="127.0.0.1", metadata={"help": "bind address (this machine only by default)"})
     port: int = field(default=8000, metadata={"help": "TCP port"})
-    cpu: bool = field(default=False, metadata={"help": "keep the faiss index on the CPU even if GPUs are visible"})
+    cpu: bool = field(default=False, metadata={"help": "keep the dense index on the CPU even if GPUs are visible"})
     verify_corpus: bool = field(default=False, metadata={"help": "check the corpus SHA-256 against the manifest"})
     encoder_backend: EncoderBackend | None = field(default=None, metadata={
         "help": "dense: query encoder runtime (default: the manifest's, or openvino for a torch-built index where "
@@ -79,6 +83,9 @@ class ServeOptions:
         "help": "index: serve --index; web: a web search API and page reader (the web flags below; pip install \"verl-search[web]\")"})
     page_access: bool = field(default=True, metadata={
         "help": "--no-page-access: no POST /access (page access by id or title), no title table built at load"})
+    search_backend: Literal["faiss", "torch"] = field(default="faiss", metadata={
+        "help": "dense: faiss, or torch: exact search of a Flat index in torch, fp16 over every visible GPU "
+                "(fp32 on the CPU), no faiss-gpu needed"})
 
 
 @dataclass
@@ -179,11 +186,14 @@ def resolve_served_index(options: ServeOptions, hybrid: HybridOptions | None = N
         raise ValueError("--index is required (an index folder or a faiss file), unless --backend web")
     spec = resolve_index(options.index, corpus=options.corpus, encoder=options.encoder,
                          verify_corpus=options.verify_corpus, use_gpu=False if options.cpu else None,
-                         encoder_backend=options.encoder_backend)
+                         encoder_backend=options.encoder_backend, search_backend=options.search_backend)
     if options.encoder_threads is not None and options.encoder_threads < 1:
         raise ValueError(f"--encoder-threads must be >= 1, got {options.encoder_threads}")
     spec.encoder_threads = options.encoder_threads
     spec.select(options.retriever)
+    if options.search_backend != "faiss" and spec.kind == "bm25":
+        raise ValueError(f"--search-backend {options.search_backend} applies to dense indexes; {options.index} is "
+                         "served as bm25")
     spec.hybrid, spec.rerank = hybrid, rerank
     if spec.kind != "hybrid" and hybrid is not None and hybrid != HybridOptions():
         raise ValueError(f"--fusion, --rrf-k, --dense-weight and --fusion-candidates apply to a hybrid index; "
