@@ -148,14 +148,14 @@ def read_examples(source: Source, on_bad_row: str = "error") -> list[tuple[int, 
 
 def build_rows(sources: list[Source], split: str, protocol: str, max_per_source: int | None = None,
                seed: int = 0, topk: int | None = None, on_bad_row: str = "error",
-               exclude: set[str] | frozenset[str] = frozenset()) -> list[dict]:
+               exclude: set[str] | frozenset[str] = frozenset(), sample: str = "random") -> list[dict]:
     """Rows for several inputs, merged in input order, `extra_info.index` numbering them.
 
     A row's `data_source` is its own `source` field when it has one (e.g. `mini-wiki` mixes
     hotpotqa, musique and 2wiki), else the input's name. Questions whose normalised text
     (`datasets.normalize_question`) is in `exclude` are left out (and counted in the log) before
-    `max_per_source` keeps a random sample (fixed by `seed`) of at most N rows per data source, in
-    file order.
+    `max_per_source` keeps a sample (fixed by `seed`) of at most N rows per data source: `sample`
+    as `sample_per_source` takes it.
     """
     rows: list[dict] = []
     for source in sources:
@@ -170,22 +170,48 @@ def build_rows(sources: list[Source], split: str, protocol: str, max_per_source:
         if left_out:
             logger.info("%s: left out %d questions that are in the excluded sets", source.path, left_out)
         for name, examples in groups.items():
-            examples = sample_per_source(examples, name, max_per_source, seed)
+            examples = sample_per_source(examples, name, max_per_source, seed, sample)
             for example in examples:
                 rows.append(make_row(example, len(rows), split, name, protocol, topk))
             logger.info("%s: %d rows from %s", name, len(examples), source.path)
     return rows
 
 
-def sample_per_source(items: list, name: str, max_per_source: int | None, seed: int = 0) -> list:
-    """At most `max_per_source` of one data source's `items`: a random sample fixed by `seed` and
-    the source's `name`, kept in their order (`--max-per-source` of preprocessing and eval).
-    `None` keeps them all.
+SAMPLE_METHODS = ("random", "shuffled")
+"""`sample_per_source` methods (`--sample`)."""
+
+
+def sample_per_source(items: list, name: str, max_per_source: int | None, seed: int = 0,
+                      method: str = "random") -> list:
+    """At most `max_per_source` of one data source's `items` (`--max-per-source` of preprocessing and eval).
+
+    `method`:
+
+    * `random` (default): a random sample fixed by `seed` and the source's `name`, kept in file order.
+    * `shuffled`: ReSearch's validation set (Agent-RL/ReSearch, branch `re-search`, `data/prepare_musique.py`:
+      `random.seed(42)`, `random.shuffle(lines)`, `lines[:100]`): all items shuffled by `random.Random(seed)`,
+      the first `max_per_source` kept in shuffled order. With `seed` 42 and 100, MuSiQue dev gives ReSearch's
+      100 questions.
+
+    `None` keeps them all, in file order.
 
     >>> sample_per_source(list("abcdef"), "nq", 3, seed=0) == sample_per_source(list("abcdef"), "nq", 3, seed=0)
     True
+    >>> sample_per_source(list("abcdef"), "nq", 3, seed=42, method="shuffled")
+    ['d', 'b', 'c']
+
+    Raises:
+        ValueError: if `method` is not one of `SAMPLE_METHODS`.
     """
-    if max_per_source is None or len(items) <= max_per_source:
+    if method not in SAMPLE_METHODS:
+        raise ValueError(f"sample method {method!r} is not one of {', '.join(SAMPLE_METHODS)}")
+    if max_per_source is None:
+        return list(items)
+    if method == "shuffled":
+        shuffled = list(items)
+        random.Random(seed).shuffle(shuffled)
+        return shuffled[:max_per_source]
+    if len(items) <= max_per_source:
         return list(items)
     keep = sorted(random.Random(f"{seed}:{name}").sample(range(len(items)), max_per_source))
     return [items[i] for i in keep]
@@ -215,6 +241,8 @@ class PreprocessOptions:
         split: `train` or `test` (`extra_info.split`).
         protocol: `tool` (hermes tool calls), `search_r1` (Search-R1 tags) or `research` (ReSearch tags).
         max_per_source, seed: random sample of at most N rows per data source.
+        sample: how `max_per_source` samples (`sample_per_source`): `random` (file order) or `shuffled`
+            (ReSearch's validation set: `--max-per-source 100 --seed 42 --sample shuffled`).
         topk: passages per search for these rows (default: the tool's).
         on_bad_row: `error` stops at the first bad line (file:line and what is wrong); `skip` logs each.
         exclude: question sets whose questions (by normalised text) are left out; default: for
@@ -229,6 +257,9 @@ class PreprocessOptions:
         "help": "tool (hermes tool calls), search_r1 (Search-R1 tags) or research (ReSearch tags)"})
     max_per_source: int | None = field(default=None, metadata={"help": "random sample of at most N rows per data source"})
     seed: int = field(default=0, metadata={"help": "seed of the --max-per-source sample"})
+    sample: Literal["random", "shuffled"] = field(default="random", metadata={
+        "help": "random: a random sample in file order; shuffled: shuffle with --seed, keep the first N "
+                "(ReSearch's validation set: --max-per-source 100 --seed 42 --sample shuffled)"})
     topk: int | None = field(default=None, metadata={"help": "passages per search for these rows"})
     on_bad_row: Literal["error", "skip"] = field(default="error", metadata={
         "help": "error: stop at the first bad line (file:line and what is wrong); skip: leave it out, logged"})
@@ -263,7 +294,7 @@ def preprocess(options: PreprocessOptions) -> int:
         logger.info("leaving out the questions of %s (--exclude none keeps them)", ", ".join(exclude))
     rows = build_rows([Source.parse(spec) for spec in options.inputs], options.split, options.protocol,
                       options.max_per_source, options.seed, options.topk, options.on_bad_row,
-                      excluded_questions(exclude))
+                      excluded_questions(exclude), options.sample)
     if not rows:
         raise ValueError(f"no rows left from {options.inputs} to write to {options.out}")
     write_parquet(rows, options.out)
