@@ -49,7 +49,8 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
             response; ReSearch cuts the whole response there). A cut block keeps its `</result>`.
         use_chat_template: `"auto"` (default: when the tokenizer has one), `True` (the row's system
             prompt and question through the chat template) or `False` (base models: ReSearch's
-            base-model text around the row's question).
+            base-model text around the row's question, tokenised without special tokens as ReSearch's
+            `add_special_tokens=False`: `protocol.research.base_prompt_ids`).
         **kwargs: verl's agent-loop arguments (config, server manager, tokenizer, ...).
 
     Trajectory fields: `num_searches`, `failed_searches`, `answered` (a `\\boxed{}` answer was
@@ -69,7 +70,8 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         if self.use_chat_template:
             return await self.ct_build_initial_tokens(messages)
         question = next(str(m["content"]) for m in reversed(messages) if m["role"] == "user")
-        return self._cap_text_prompt_length(self.tokenizer.encode(research.base_prompt(question)))
+        # without special tokens, as ReSearch tokenises (no BOS added for Llama-style tokenizers)
+        return self._cap_text_prompt_length(research.base_prompt_ids(self.tokenizer, question))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """Roll out one trajectory; see the module docstring for the protocol."""

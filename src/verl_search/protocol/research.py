@@ -87,6 +87,22 @@ def base_prompt(question: str) -> str:
     return BASE_TEMPLATE.format(question=question)
 
 
+def base_prompt_ids(tokenizer, question: str) -> list[int]:
+    """The token ids of `base_prompt(question)`, tokenised without special tokens as ReSearch does
+    (branch `re-search`, `src/verl/utils/torch_functional.py` `tokenize_and_postprocess_data`:
+    `tokenizer(prompt, add_special_tokens=False)`; its overlong filter, `rl_dataset.py:133`, counts the same).
+    For Qwen2.5 that is what `encode` gives anyway; a Llama-style tokenizer would otherwise add a BOS.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (anything with `encode(text, add_special_tokens=...)`).
+        question: the row's question.
+
+    Returns:
+        the prompt's token ids, no BOS or other special token added.
+    """
+    return list(tokenizer.encode(base_prompt(question), add_special_tokens=False))
+
+
 def messages(question: str) -> list[dict]:
     """A row's chat messages: ReSearch's system prompt and the bare question. Agent loops without a
     chat template (base models) build `base_prompt(question)` from the user message instead."""
