@@ -145,12 +145,14 @@ def by_question(records: list[dict]) -> dict:
 
 
 def write_report(records: list[dict], out_dir: Path, title: str, meta: dict) -> dict:
-    """Write `report.json` (summary, `by_shape`, `by_question` with several samples per question, `meta`),
-    `report.md` and `report.png`; return the summary.
+    """Write `report.json` (summary, `by_shape`, `by_question` and `pass_at_k` with several samples per question,
+    `meta`), `report.md` and `report.png`; return the summary.
 
     `by_shape`: the model's EM / F1 by question shape beside the first- and last-named-option baselines
-    (`verl_search.eval.baselines`), also a section of `report.md`; `by_question`: see `by_question`."""
+    (`verl_search.eval.baselines`), also a section of `report.md`; `by_question`: see `by_question`; `pass_at_k`:
+    pass@1, 4, 8 (where k <= samples) per data source with bootstrap intervals (`eval.pass_at_k`), also in `report.md`."""
     from verl_search.eval.baselines import by_shape, shape_table
+    from verl_search.eval.pass_at_k import pass_at_k_markdown, summarize_pass_at_k
     from verl_search.eval.rows import SAMPLE_MARK
 
     summary = summarize(records)
@@ -164,6 +166,8 @@ def write_report(records: list[dict], out_dir: Path, title: str, meta: dict) -> 
                  f"{len(records)} samples: exact match in none of a question's samples for {questions['never']}, "
                  f"in some for {questions['sometimes']} (the policy's frontier), in all for {questions['always']} "
                  "(`report.json` `by_question`).\n")
+        report["pass_at_k"] = passes = summarize_pass_at_k(records)
+        text += "\n" + pass_at_k_markdown(passes)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     (out_dir / "report.md").write_text(text, encoding="utf-8")
     plot(summary, out_dir / "report.png", title)
