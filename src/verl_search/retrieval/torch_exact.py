@@ -115,7 +115,8 @@ class TorchExactIndex:
     Args:
         vectors: the passages' vectors, shape `(ntotal, d)`, row `i` = corpus row `i` (a numpy array, a
             memory map from `read_flat_vectors`, or a torch tensor); copied to the devices in chunks of
-            `LOAD_ROWS` rows, so a memory map is never read whole into memory.
+            `LOAD_ROWS` rows, so a memory map is never read whole into memory. A torch tensor already on the
+            one device, in `dtype`, is used as it is (no copy).
         metric: `"ip"` (default): inner products, best = largest; `"l2"`: squared L2 distances, best = smallest
             (faiss `IndexFlatIP` / `IndexFlatL2`).
         device: see `torch_devices` (default: every visible GPU, else the CPU); the rows are split evenly across
@@ -159,14 +160,16 @@ class TorchExactIndex:
 
     def _load_part(self, vectors, first: int, rows: int, device: str):
         torch = require_torch()
-        part = torch.empty((rows, self.d), dtype=self.dtype, device=device)
+        in_place = isinstance(vectors, torch.Tensor) and vectors.dtype == self.dtype and vectors.device == torch.device(device)
+        part = vectors[first:first + rows] if in_place else torch.empty((rows, self.d), dtype=self.dtype, device=device)
         norms = torch.empty(rows, dtype=torch.float32, device=device) if self.metric == "l2" else None
-        for start in range(0, rows, LOAD_ROWS):
+        for start in range(0, rows if norms is not None or not in_place else 0, LOAD_ROWS):
             stop = min(start + LOAD_ROWS, rows)
             chunk = vectors[first + start:first + stop]
             chunk = chunk if isinstance(chunk, torch.Tensor) else torch.from_numpy(np.array(chunk, dtype=np.float32))
             chunk = chunk.to(device=device, dtype=torch.float32)
-            part[start:stop] = chunk.to(self.dtype)
+            if not in_place:
+                part[start:stop] = chunk.to(self.dtype)
             if norms is not None:
                 norms[start:stop] = (chunk * chunk).sum(dim=1)
         return first, part, norms

