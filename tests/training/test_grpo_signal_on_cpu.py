@@ -1,7 +1,8 @@
 """The report's "Why GRPO moved / did not move" section (`verl_search.training.grpo_signal`): the
 groups, zero-advantage groups, responses and loss tokens with a non-zero advantage per GRPO step,
-on hand-written rows and on the default run's exported files (docs/runs/quickstart_run: verl's metrics
-file and rollout dump of a real run), and the report re-rendered from those files without training."""
+on hand-written rows and on the default run's kept files (`tests/assets/runs/quickstart_run/`, the files of
+`results/quickstart_run/` the report reads: verl's metrics file and rollout dump of a real run, the evaluations'
+records), and the report re-rendered from those files without training."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHARED
 from verl_search.training.grpo_signal import (
     explain,
     group_id,
@@ -24,7 +26,8 @@ from verl_search.training.grpo_signal import (
 from verl_search.training.progress import logged_steps
 from verl_search.quickstart.report import rerender_report
 
-RUN = Path(__file__).resolve().parents[2] / "docs" / "runs" / "quickstart_run"
+#: the default run's kept files, unpacked from tests/assets/runs/quickstart_run/ (tests/assets/README.md)
+RUN = SHARED / "runs" / "quickstart_run"
 OBS = "<information>Doc 1(Title: x) many words of a passage</information>"
 
 
@@ -35,6 +38,17 @@ def response(group: str, session: int, score: float, answer: str = "a") -> dict:
 
 def words(text: str) -> int:
     return len(text.split())
+
+
+def copy_of_the_run(folder: Path) -> Path:
+    """A copy of the kept run in `folder`, with the `data/train.parquet` its report reads (the most frequent
+    training answer) written again by the quickstart's data stage: every mini-wiki:train question, the file the
+    run wrote (the kept files leave out parquet copies)."""
+    from verl_search.quickstart.data import write_split
+
+    shutil.copytree(RUN, folder)
+    write_split(folder / "data" / "train.parquet", folder / "data" / "test.parquet", 102, 0)
+    return folder
 
 
 def test_group_is_the_uid_before_verls_session_suffix_or_the_prompt():
@@ -71,7 +85,7 @@ def test_bad_rows_are_refused_with_the_reason():
 
 def test_the_exported_runs_rollouts_agree_with_its_logged_advantages():
     steps, rollouts = logged_steps(RUN / "grpo" / "metrics.jsonl"), read_rollouts(RUN / "grpo" / "rollouts")
-    assert rollouts, "docs/runs/quickstart_run keeps the last GRPO step's rollouts"
+    assert rollouts, "the kept run holds every GRPO step's rollouts"
     for step, rows in rollouts.items():
         s = rollout_signal(rows)
         logged = steps[step]
@@ -104,8 +118,7 @@ def test_the_section_names_the_verdict_the_zero_variance_groups_and_the_missing_
 
 
 def test_the_exported_run_rerenders_with_the_section_and_the_same_numbers(tmp_path):
-    out = tmp_path / "run"
-    shutil.copytree(RUN, out)
+    out = copy_of_the_run(tmp_path / "run")
     before = (out / "report.md").read_text().split("## Why GRPO")[0].rstrip("\n")
     report = rerender_report(out, words)
     text = (out / "report.md").read_text()
@@ -123,8 +136,7 @@ def test_the_quickstarts_own_report_stage_writes_the_section(tmp_path):
     from verl_search.quickstart.options import QuickstartOptions
     from verl_search.quickstart.pipeline import Quickstart
 
-    out = tmp_path / "run"
-    shutil.copytree(RUN, out)
+    out = copy_of_the_run(tmp_path / "run")
     timings = json.loads((RUN / "report.json").read_text())["stages"]
     report = Quickstart(QuickstartOptions(out=str(out), engine="transformers", bootstrap_samples=200)).report(timings)
     assert report["grpo_signal"][1]["rollouts"]["zero_variance_groups"] == 0

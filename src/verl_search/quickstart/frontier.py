@@ -18,7 +18,7 @@ With `--balance-positions`, GRPO trains on the frontier rows with as many two-op
 whose gold is the first-named option as whose gold is the last (`balance_gold_positions`, by
 `eval.baselines.gold_position`; the probe set stays every frontier question): where one position holds most
 golds, "always name that position" is what the reward pays most often, and GRPO learns that habit instead of the
-task (docs/learning-run.md).
+task (results/learning_run_control/README.md).
 """
 
 from __future__ import annotations
