@@ -26,8 +26,11 @@ from verl_search.training.cold_start import (
     SEARCH_TURN,
     SearchTrajectoryDataset,
     answerable_rows,
+    gold_visible,
+    observation_text,
     prompt_builder,
     trajectory_tokens,
+    visible_rows,
     write_trajectories,
 )
 from verl_search.quickstart.data import split_rows
@@ -132,7 +135,9 @@ def test_the_sft_dataset_yields_what_was_written(tiny_qwen, chosen, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     builder = prompt_builder(tiny_qwen, tokenizer)
     settings = {"max_turns": 2, "max_obs_tokens": 160, "response_length": 608}
-    longest = write_trajectories(chosen, tokenizer, builder, tmp_path / "t.parquet", **settings)
+    longest, visible = write_trajectories(chosen, tokenizer, builder, tmp_path / "t.parquet", **settings)
+    assert visible == sum(gold_visible(row, *trajectory_tokens(row, hits, tokenizer, builder, **settings), tokenizer)
+                          for row, hits in chosen)
     dataset = SearchTrajectoryDataset(str(tmp_path / "t.parquet"), tokenizer, {"pad_mode": "no_padding",
                                                                                "max_length": longest})
     assert len(dataset) == len(chosen)
@@ -144,3 +149,33 @@ def test_the_sft_dataset_yields_what_was_written(tiny_qwen, chosen, tmp_path):
         SearchTrajectoryDataset(str(tmp_path / "t.parquet"), tokenizer, {"max_length": longest - 1})
     with pytest.raises(ValueError, match="pad_mode"):
         SearchTrajectoryDataset(str(tmp_path / "t.parquet"), tokenizer, {"pad_mode": "right"})
+
+
+def test_the_cold_start_teaches_only_answers_its_observation_shows(tiny_qwen, bm25_retriever, tmp_path):
+    """With a 60-token observation the first answerable questions (gold in the full top-3 passages) mostly lose their
+    gold to the cut; `visible_rows` examines more candidates instead and keeps only trajectories whose observation,
+    as the agent loop renders it (the tokens `test_cold_start_tokens_equal_the_agent_loops` pins), shows the gold."""
+    import pandas as pd
+
+    from verl_search.rewards.qa import normalize_answer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    builder = prompt_builder(tiny_qwen, tokenizer)
+    settings = {"max_turns": 2, "max_obs_tokens": 60, "response_length": 608}
+    rows = split_rows("train", 60)
+    chosen, counts = visible_rows(rows, bm25_retriever, tokenizer, builder, topk=3, limit=3, seed=0, **settings)
+    assert len(chosen) == counts["visible"] == 3 and counts["rows"] == 60
+    assert counts["candidates"] > counts["in_top_k"] > 3  # more candidates, not fewer trajectories
+    for row, hits in chosen:
+        ids, mask = trajectory_tokens(row, hits, tokenizer, builder, **settings)
+        seen = tokenizer.decode(ids).split("<information>")[-1].split("</information>")[0]  # the prompt names the tags
+        assert observation_text(ids, mask, tokenizer).strip().startswith("<information>")
+        assert any(normalize_answer(g) in normalize_answer(seen) for g in row["reward_model"]["ground_truth"]["target"])
+    cut = [not gold_visible(row, *trajectory_tokens(row, hits, tokenizer, builder, **settings), tokenizer)
+           for row, hits in answerable_rows(rows, bm25_retriever, 3, 3, seed=0)]
+    assert any(cut)  # the old rule's first picks: gold in the passages, cut out of what the model sees
+    longest, visible = write_trajectories(chosen, tokenizer, builder, tmp_path / "t.parquet", **settings)
+    assert visible == 3 and pd.read_parquet(tmp_path / "t.parquet")["gold_visible"].tolist() == [True] * 3
+    # too few candidates qualify: all the file has, counted, rather than a silent short list
+    few, counts = visible_rows(rows[:10], bm25_retriever, tokenizer, builder, topk=3, limit=5, seed=0, **settings)
+    assert counts["candidates"] == 10 and len(few) == counts["visible"] < 5

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from verl_search.protocol.answers import count_answers, extract_answer, strip_retrieved  # noqa: F401 (re-exported)
-from verl_search.protocol.vocabulary import INFORMATION_RE
+from verl_search.protocol.vocabulary import (INFORMATION_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE,
+                                             TRUNCATION_MARK)
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -78,3 +79,34 @@ def retrieval_has_answer(response: str, golds: Iterable[str]) -> bool:
     `is_retrieval_correct`)."""
     blocks = [normalize_answer(block) for block in INFORMATION_RE.findall(response)]
     return any(normalize_answer(g) and normalize_answer(g) in block for g in golds for block in blocks)
+
+
+def answer_in_text(text: str, golds: Iterable[str]) -> bool:
+    """Whether a normalised gold alias occurs in the normalised `text` as whole words: the gold is
+    *visible* in what a model read (an observation, as the agent loop rendered it). Stricter than
+    `retrieval_has_answer`'s substring test, which counts `ann` inside `anne` and `no` inside `not`.
+
+    >>> answer_in_text("Doc 1(Title: \\"Jaws\\") Directed by Steven Spielberg.", ["steven spielberg"])
+    True
+    >>> answer_in_text("Anne Boleyn was queen.", ["Ann"]), answer_in_text("", ["Ann"])
+    (False, False)
+    """
+    padded = f" {normalize_answer(text)} "
+    return any(normalize_answer(g) and f" {normalize_answer(g)} " in padded for g in golds)
+
+
+_FRAME = re.compile(r"</?(?:information|result)>|Doc \d+\(Title: |" + "|".join(
+    re.escape(text) for text in (TRUNCATION_MARK, LAST_SEARCH_NOTICE, INVALID_ACTION_MESSAGE)))
+
+
+def answer_in_observation(observation: str, golds: Iterable[str]) -> bool:
+    """`answer_in_text` on an observation as the model read it (an agent loop's decoded observation tokens),
+    the environment's own words removed first (the `<information>` / `<result>` tags, `Doc k(Title: `, the
+    truncation mark, the last-search notice, the correction message): a gold `1` is not visible through `Doc 1`.
+
+    >>> answer_in_observation("<information>Doc 1(Title: \\"Jaws\\") A 1975 film ...(truncated)</information>", ["1"])
+    False
+    >>> answer_in_observation("<information>Doc 1(Title: \\"Jaws\\") A 1975 film.</information>", ["Jaws"])
+    True
+    """
+    return answer_in_text(_FRAME.sub(" ", observation), golds)

@@ -14,8 +14,10 @@ GOLD </answer>`. For the ReSearch protocol (`protocol="research"`) it is built a
 builds one: `<think> .. </think> <search> QUESTION </search>`, the passages in ` <result>\n...\n</result>`,
 then `<think> .. </think> <answer> \\boxed{GOLD} </answer>` and the model's end-of-sequence token (ReSearch's
 reward scores a response that did not stop by itself 0). Only the two model turns carry `loss_mask` 1: prompt
-and observation tokens are masked, as `response_mask` masks them in RL. Only training questions whose gold answer occurs in
-their own top-k passages are used (`answerable_rows`).
+and observation tokens are masked, as `response_mask` masks them in RL. Only training questions whose gold answer is
+visible in the observation exactly as the agent loop renders it (same tokenizer, same cut to `max_obs_tokens`) are used
+(`visible_rows`): a trajectory whose gold is in the full top-k passages but cut out of the observation would teach
+the model to answer what it cannot see, i.e. to guess.
 
 Training: `python -m torch.distributed.run --nproc_per_node=1 -m verl.trainer.sft_trainer` on the CPU
 with verl_search's CPU plugin, reading the trajectories through `data.custom_cls` =
@@ -42,13 +44,14 @@ class ColdStartOptions:
     """What `run_cold_start` trains on and how (`verl-search quickstart` builds it from its flags).
 
     Attributes:
-        examples: trajectories, at most (training questions whose gold answer is in their top-`topk`).
+        examples: trajectories, at most (training questions whose gold answer is visible in the observation the
+            agent loop renders: `visible_rows`; as many candidates are examined as it takes to find them).
         epochs: passes of verl's SFT trainer over them; batch_size: trajectories per step; lr: learning rate.
         protocol: `search_r1` or `research` (the trajectory's tags and answer form).
         topk: passages per search; max_turns, max_obs_tokens: the protocol's limits the agent loop applies.
         response_length: the response budget in tokens (prompt excluded) a trajectory must fit (the
             quickstart's: max_turns x (tokens per turn + max_obs_tokens) + tokens per turn).
-        seed: of the order in which answerable questions are drawn.
+        seed: of the order in which candidate questions are drawn.
     """
 
     examples: int = 32
@@ -68,26 +71,73 @@ RESEARCH_SEARCH_TURN = "<think> I need to look this up. </think> <search> {quest
 RESEARCH_ANSWER_TURN = " <think> The passages answer it. </think> <answer> \\boxed{{{answer}}} </answer>"
 
 
+def _gold_in_passages(row: dict, hits: list) -> bool:
+    from verl_search.rewards.qa import normalize_answer
+
+    text = normalize_answer(" ".join(hit.passage.contents for hit in hits))
+    golds = [normalize_answer(g) for g in row["reward_model"]["ground_truth"]["target"]]
+    return any(g and g in text for g in golds)
+
+
+def _shuffled_hits(rows: list[dict], retriever, topk: int, seed: int) -> list[tuple[dict, list]]:
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    return list(zip(rows, retriever.search([row["extra_info"]["question"] for row in rows], topk)))
+
+
 def answerable_rows(rows: list[dict], retriever, topk: int, limit: int, seed: int) -> list[tuple[dict, list]]:
     """`(row, hits)` for up to `limit` verl rows whose gold answer (normalised) occurs in the
-    top-`topk` passages of their own question, in a random order fixed by `seed`.
+    full top-`topk` passages of their own question, in a random order fixed by `seed`; the observation
+    may still cut it out (`visible_rows` selects on what the model sees).
 
     `retriever`: any `verl_search.retrieval.base.Retriever` (`search(queries, topk)`).
     """
-    from verl_search.rewards.qa import normalize_answer
+    return [pair for pair in _shuffled_hits(rows, retriever, topk, seed) if _gold_in_passages(*pair)][:limit]
 
-    rows = list(rows)
-    random.Random(seed).shuffle(rows)
-    hits = retriever.search([row["extra_info"]["question"] for row in rows], topk)
-    chosen = []
-    for row, row_hits in zip(rows, hits):
-        text = normalize_answer(" ".join(hit.passage.contents for hit in row_hits))
-        golds = [normalize_answer(g) for g in row["reward_model"]["ground_truth"]["target"]]
-        if any(g and g in text for g in golds):
-            chosen.append((row, row_hits))
+
+def observation_text(ids: list[int], mask: list[int], tokenizer) -> str:
+    """The observation of a trajectory (`trajectory_tokens`) as the model reads it: its tokens with `loss_mask`
+    0 after the first model token, decoded as the agent loop decodes them (`skip_special_tokens=False`)."""
+    first = mask.index(1) if 1 in mask else len(mask)
+    return tokenizer.decode([t for t, m in zip(ids[first:], mask[first:]) if m == 0], skip_special_tokens=False)
+
+
+def gold_visible(row: dict, ids: list[int], mask: list[int], tokenizer) -> bool:
+    """Whether a gold answer of `row` is visible in the observation of its trajectory `(ids, mask)`
+    (`observation_text`; `rewards.qa.answer_in_observation`: whole words, normalised, the frame's own words
+    left out): the check the evaluation reports apply to the agent loop's recorded observations."""
+    from verl_search.rewards.qa import answer_in_observation
+
+    return answer_in_observation(observation_text(ids, mask, tokenizer),
+                                 row["reward_model"]["ground_truth"]["target"])
+
+
+def visible_rows(rows: list[dict], retriever, tokenizer, builder, *, topk: int, limit: int, seed: int,
+                 **settings) -> tuple[list[tuple[dict, list]], dict]:
+    """`(row, hits)` for up to `limit` verl rows whose gold answer is visible in the observation of their
+    trajectory as the agent loop renders it (`trajectory_tokens` with `settings`: same tokenizer, same cut to
+    `max_obs_tokens`; `gold_visible`), in a random order fixed by `seed`. Candidates are examined in that order
+    until `limit` qualify, so a short observation costs more candidates, not fewer trajectories.
+
+    Args:
+        rows: verl rows of the tag protocol; retriever: any `Retriever` (`search(queries, topk)`).
+        tokenizer, builder: the model's tokenizer and `prompt_builder`.
+        settings: `trajectory_tokens`' keyword arguments (`max_turns`, `max_obs_tokens`, `response_length`, ...).
+
+    Returns `(chosen, counts)`: counts `{"rows": rows offered, "candidates": rows examined, "in_top_k": those
+    with the gold in the full top-`topk` passages, "visible": chosen}`.
+    """
+    chosen, examined, in_top_k = [], 0, 0
+    for row, hits in _shuffled_hits(rows, retriever, topk, seed):
         if len(chosen) == limit:
             break
-    return chosen
+        examined += 1
+        if not _gold_in_passages(row, hits):
+            continue  # not in the passages, so not in any cut of them
+        in_top_k += 1
+        if gold_visible(row, *trajectory_tokens(row, hits, tokenizer, builder, **settings), tokenizer):
+            chosen.append((row, hits))
+    return chosen, {"rows": len(rows), "candidates": examined, "in_top_k": in_top_k, "visible": len(chosen)}
 
 
 def prompt_builder(model: str | os.PathLike, tokenizer):
@@ -163,18 +213,20 @@ def _research_tokens(prompt, question, hits, row, encode, max_obs_tokens, respon
     return ids, mask
 
 
-def write_trajectories(chosen: list[tuple[dict, list]], tokenizer, builder, path: Path, **settings) -> int:
-    """Write the trajectories of `chosen` to a parquet (`input_ids`, `loss_mask`, `question`) for
-    `SearchTrajectoryDataset`; return the longest trajectory in tokens. `settings`: see
-    `trajectory_tokens`."""
+def write_trajectories(chosen: list[tuple[dict, list]], tokenizer, builder, path: Path,
+                       **settings) -> tuple[int, int]:
+    """Write the trajectories of `chosen` to a parquet (`input_ids`, `loss_mask`, `question`, `gold_visible`)
+    for `SearchTrajectoryDataset`; return `(longest trajectory in tokens, trajectories whose gold is visible in
+    their observation)` (`gold_visible`, on the tokens written). `settings`: see `trajectory_tokens`."""
     from verl_search.datasets.preprocess import write_parquet
 
     records = []
     for row, hits in chosen:
         ids, mask = trajectory_tokens(row, hits, tokenizer, builder, **settings)
-        records.append({"input_ids": ids, "loss_mask": mask, "question": row["extra_info"]["question"]})
+        records.append({"input_ids": ids, "loss_mask": mask, "question": row["extra_info"]["question"],
+                        "gold_visible": gold_visible(row, ids, mask, tokenizer)})
     write_parquet(records, path)
-    return max(len(r["input_ids"]) for r in records)
+    return max(len(r["input_ids"]) for r in records), sum(r["gold_visible"] for r in records)
 
 
 class SearchTrajectoryDataset:
@@ -281,37 +333,46 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options: ColdStartOptions) -> Path:
-    """The cold start: trajectories of up to `options.examples` answerable training questions of
-    `train_file` (verl rows), retrieved from `index`, then `options.epochs` passes of verl's SFT trainer
-    over them in steps of `options.batch_size`, from `model` (a Hugging Face folder); return the Hugging
-    Face folder `out/hf`.
+    """The cold start: trajectories of up to `options.examples` training questions of `train_file` (verl rows)
+    whose gold answer is visible in their observation (`visible_rows`), retrieved from `index`, then
+    `options.epochs` passes of verl's SFT trainer over them in steps of `options.batch_size`, from `model` (a
+    Hugging Face folder); return the Hugging Face folder `out/hf`.
 
     Writes `out/trajectories.parquet`, `out/sft.log`, `out/metrics.jsonl` (verl's file logger),
-    `out/ckpt/` (verl's checkpoints) and `out/cold_start.json` (examples, steps, losses, questions).
+    `out/ckpt/` (verl's checkpoints) and `out/cold_start.json` (examples, `gold_visible`: trajectories whose gold
+    is visible in their observation, recounted on the tokens written; `selection`: `visible_rows`' counts; steps,
+    losses, questions).
 
     Raises:
-        ValueError: fewer answerable training questions than one batch.
+        ValueError: fewer qualifying training questions than one batch.
         RuntimeError: the SFT trainer failed.
     """
     import shutil
 
     from transformers import AutoTokenizer
 
+    from verl_search.llm.models import end_of_sequence_ids
     from verl_search.retrieval.loader import resolve_index
 
     out.mkdir(parents=True, exist_ok=True)
-    chosen = answerable_rows(read_rows(train_file), resolve_index(index).load(), options.topk, options.examples,
-                             options.seed)
-    if len(chosen) < options.batch_size:
-        raise ValueError(f"{len(chosen)} training questions have their answer in their top-{options.topk} passages, "
-                         f"fewer than one batch ({options.batch_size}; --sft-batch-size)")
-    from verl_search.llm.models import end_of_sequence_ids
-
     tokenizer = AutoTokenizer.from_pretrained(model)
-    longest = write_trajectories(chosen, tokenizer, prompt_builder(model, tokenizer), out / "trajectories.parquet",
-                                 max_turns=options.max_turns, max_obs_tokens=options.max_obs_tokens,
-                                 response_length=options.response_length, protocol=options.protocol,
-                                 end_ids=end_of_sequence_ids(tokenizer, model))
+    builder = prompt_builder(model, tokenizer)
+    settings = dict(max_turns=options.max_turns, max_obs_tokens=options.max_obs_tokens,
+                    response_length=options.response_length, protocol=options.protocol,
+                    end_ids=end_of_sequence_ids(tokenizer, model))
+    chosen, counts = visible_rows(read_rows(train_file), resolve_index(index).load(), tokenizer, builder,
+                                  topk=options.topk, limit=options.examples, seed=options.seed, **settings)
+    logger.info("cold start: %d trajectories whose gold is visible in the %d-token observation, from %d candidate "
+                "questions examined (%d with the gold in the full top-%d passages, the rest cut off or absent)",
+                counts["visible"], options.max_obs_tokens, counts["candidates"], counts["in_top_k"], options.topk)
+    if counts["visible"] < options.examples:
+        logger.warning("cold start: only %d of the %d training questions have their gold visible in the "
+                       "observation: %d trajectories instead of --sft-examples %d", counts["visible"], counts["rows"],
+                       counts["visible"], options.examples)
+    if len(chosen) < options.batch_size:
+        raise ValueError(f"{len(chosen)} training questions have their answer visible in their {options.max_obs_tokens}"
+                         f"-token observation, fewer than one batch ({options.batch_size}; --sft-batch-size)")
+    longest, visible = write_trajectories(chosen, tokenizer, builder, out / "trajectories.parquet", **settings)
     steps = options.epochs * (len(chosen) // options.batch_size)  # verl drops an incomplete last batch
     metrics = out / "metrics.jsonl"
     folder = run_sft(model, out / "trajectories.parquet", out / "ckpt", out / "sft.log", metrics, steps=steps,
@@ -319,7 +380,8 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
     target = out / "hf"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(folder, target)
-    summary = {"examples": len(chosen), "steps": steps, "batch_size": options.batch_size, "lr": options.lr,
+    summary = {"examples": len(chosen), "gold_visible": visible, "max_obs_tokens": options.max_obs_tokens,
+               "selection": counts, "steps": steps, "batch_size": options.batch_size, "lr": options.lr,
                "losses": sft_losses(metrics), "questions": [row["extra_info"]["question"] for row, _ in chosen]}
     (out / "cold_start.json").write_text(json.dumps(summary, indent=1))
     return target
