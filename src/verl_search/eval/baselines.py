@@ -6,7 +6,11 @@ scores about half of them without reading anything, and RL can learn such a bias
 is more often in one position. Every report therefore shows, beside each model:
 
 * the baselines: always the first-named option, always the last-named option (two-option questions; no answer
-  elsewhere), and the most frequent gold answer of the training questions (every question);
+  elsewhere), the most frequent gold answer of the training questions (every question), and the title of the top
+  passage of a model's first search (`observations.top_title`: what a reader that never reads past the title
+  scores with the same retriever);
+* the ceiling "gold visible": the share of questions whose gold answer is visible in that model's observations
+  (`observations.gold_visible`), the most a perfect extraction from what it saw could answer;
 * each model's EM and F1 by question shape (`two_option`, `yes_no`, `open`) and, on two-option questions, the
   share of its answers that name the first option, the last option or neither.
 
@@ -89,12 +93,22 @@ def most_frequent_answer(golds: Iterable[list[str]]) -> str:
     return counts.most_common(1)[0][0]
 
 
-def baseline_predictions(question: str, frequent: str | None) -> dict[str, str | None]:
-    """Each baseline's answer to `question` (None: it does not answer that question)."""
+TITLE_BASELINE = "top passage title"
+"""The baseline answering with the title of the top passage of a model's first search."""
+CEILING = "gold visible"
+"""The row of the share of questions whose gold answer a model's observations show."""
+
+
+def baseline_predictions(question: str, frequent: str | None, title: str | None = None,
+                         with_title: bool = False) -> dict[str, str | None]:
+    """Each baseline's answer to `question` (None: it does not answer that question); with `with_title`, the
+    baseline `TITLE_BASELINE` answers `title` (the question's top passage title, `observations.top_title`)."""
     options = question_options(question)
     predictions = {"first option": options[0] if options else None, "last option": options[1] if options else None}
     if frequent is not None:
         predictions["most frequent training answer"] = frequent
+    if with_title:
+        predictions[TITLE_BASELINE] = title
     return predictions
 
 
@@ -118,19 +132,37 @@ def option_shares(records: list[dict]) -> dict[str, float]:
     return {key: named[key] / total if total else 0.0 for key in ("first", "last", "neither")}
 
 
-def by_shape(models: dict[str, list[dict]], frequent: str | None = None) -> dict[str, dict]:
+def searcher(models: dict[str, list[dict]]) -> str | None:
+    """The model whose first searches the title baseline and the ceiling read: the one with the most questions
+    whose first search showed a passage (the first of equals, in order); None where no model searched."""
+    from verl_search.eval.observations import top_title
+
+    counts = {name: sum(top_title(r) is not None for r in records) for name, records in models.items()}
+    best = max(counts.values(), default=0)
+    return next(name for name, count in counts.items() if count == best) if best else None
+
+
+def by_shape(models: dict[str, list[dict]], frequent: str | None = None, seen_by: str | None = None) -> dict[str, dict]:
     """EM and F1 by question shape for every model and every baseline, on the questions of the first model.
 
     Args:
-        models: model name -> evaluation records (`question`, `golden_answers`, `prediction`, `em`, `f1`).
+        models: model name -> evaluation records (`question`, `golden_answers`, `prediction`, `em`, `f1`;
+            `turns` for `seen_by`).
         frequent: the baseline "most frequent training answer" (`most_frequent_answer`); None leaves it out.
+        seen_by: a model of `models` (`searcher`): the baseline `TITLE_BASELINE` answers with the top passage
+            title of its first search, and the row `CEILING` is the share of questions whose gold its
+            observations show; None leaves both out.
 
     Returns:
-        `{row name: {"kind": "model" | "baseline", shape or "all": {n, em, f1}, "options": option_shares}}`
-        (`options` for models only).
+        `{row name: {"kind": "model" | "baseline" | "ceiling", shape or "all": {n, em, f1} (the ceiling: {n,
+        share}), "options": option_shares, "seen_by": model}}` (`options` for models only; `seen_by` for the
+        title baseline and the ceiling).
     """
+    from verl_search.eval.observations import gold_visible, top_title
+
     if not models:
         return {}
+    seen = {r["id"]: r for r in models[seen_by]} if seen_by else {}
     questions = next(iter(models.values()))
     result: dict[str, dict] = {}
     for name, records in models.items():
@@ -142,14 +174,23 @@ def by_shape(models: dict[str, list[dict]], frequent: str | None = None) -> dict
                           "f1": sum(r["f1"] for r in chosen) / n if n else 0.0}
         row["options"] = option_shares(records)
         result[name] = row
-    names = list(baseline_predictions("", frequent))
+    titles = {qid: top_title(record) for qid, record in seen.items()}
+    names = list(baseline_predictions("", frequent, with_title=bool(seen_by)))
     for name in names:
-        row = {"kind": "baseline"}
+        row = {"kind": "baseline", **({"seen_by": seen_by} if name == TITLE_BASELINE else {})}
         for shape in (*SHAPES, "all"):
             chosen = [r for r in questions if shape == "all" or question_shape(r["question"]) == shape]
-            row[shape] = _cell([(baseline_predictions(r["question"], frequent)[name], list(r["golden_answers"]))
+            row[shape] = _cell([(baseline_predictions(r["question"], frequent, titles.get(r["id"]),
+                                                      bool(seen_by))[name], list(r["golden_answers"]))
                                 for r in chosen])
         result[name] = row
+    if seen_by:
+        row = {"kind": "ceiling", "seen_by": seen_by}
+        for shape in (*SHAPES, "all"):
+            chosen = [r for r in questions if shape == "all" or question_shape(r["question"]) == shape]
+            visible = sum(r["id"] in seen and gold_visible(seen[r["id"]]) for r in chosen)
+            row[shape] = {"n": len(chosen), "share": visible / len(chosen) if chosen else 0.0}
+        result[CEILING] = row
     return result
 
 
@@ -163,9 +204,14 @@ def shape_table(rows: dict[str, dict]) -> str:
     lines = [f"| row | {header} | two-option answers: first / last / neither |",
              "| --- | " + " | ".join("---" for _ in (*SHAPES, "all")) + " | --- |"]
     for name, row in rows.items():
-        cells = " | ".join(f"{row[s]['em']:.3f} / {row[s]['f1']:.3f}" for s in (*SHAPES, "all"))
+        if row["kind"] == "ceiling":
+            cells = " | ".join(f"{row[s]['share']:.3f} of questions" for s in (*SHAPES, "all"))
+        else:
+            cells = " | ".join(f"{row[s]['em']:.3f} / {row[s]['f1']:.3f}" for s in (*SHAPES, "all"))
         options = row.get("options")
         shares = f"{options['first']:.2f} / {options['last']:.2f} / {options['neither']:.2f}" if options else ""
-        label = name if row["kind"] == "model" else f"baseline: {name}"
+        label = {"model": name, "baseline": f"baseline: {name}", "ceiling": f"ceiling: {name}"}[row["kind"]]
+        if row.get("seen_by"):
+            label += f" ({row['seen_by']}'s {'first search' if row['kind'] == 'baseline' else 'observations'})"
         lines.append(f"| {label} | {cells} | {shares} |")
     return "\n".join(lines) + "\n"

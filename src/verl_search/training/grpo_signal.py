@@ -1,6 +1,6 @@
 """Why GRPO moved or did not move: the learning signal of each GRPO step, from verl's logged step
 metrics (`VERL_FILE_LOGGER_PATH`) and the rollouts verl dumps per step (`trainer.rollout_data_dir`,
-`STEP.jsonl`: `input`, `output`, `score`, `uid` per response).
+`STEP.jsonl`: `input`, `output`, `gts`, `score`, `uid` per response).
 
 GRPO gives a response the advantage `(reward - group mean) / (group std + 1e-6)` over the `rollout.n`
 responses to one prompt, and every loss token of the response carries it (verl's
@@ -8,6 +8,12 @@ responses to one prompt, and every loss token of the response carries it (verl's
 are all equal therefore gives all its tokens advantage 0: the policy gradient of a step comes only
 from the groups whose rewards differ. This module counts them, with the entropy, KL, loss and
 gradient norm verl logged, and writes the report's "Why GRPO moved / did not move" section.
+
+A reward with format credit (Search-R1's 0.2 for a well-formed wrong answer, 0.1 for a malformed one) makes a
+group's rewards differ when only the format differs: its advantages then rank formats, not answers. The answer
+score of each dumped response (EM, or token F1 for an F1 reward: `verl_search.rewards.compute_score`'s `acc` /
+`f1`, recomputed from its `output` and `gts`) separates the groups with answer signal from the format-only ones.
+With group filtering, `generated_per_trained` is the generation paid per trained group at each step.
 Pure functions, except `read_rollouts` (reads files) and `tokenizer_counter` (loads a tokenizer).
 """
 
@@ -36,6 +42,8 @@ METRICS = {
 }
 #: two rewards closer than this count as equal (verl's rewards are float32)
 EQUAL = 1e-6
+#: the answer measure -> its key in `compute_score`'s result
+ANSWER_KEYS = {"em": "acc", "f1": "f1"}
 _OBSERVATION = re.compile(r"<information>.*?</information>", re.S)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _SESSION_KEY = re.compile(r"^(.+)_(\d+)_(\d+)$")
@@ -85,23 +93,47 @@ def _variance(values: list[float]) -> float:
     return sum((v - mean) ** 2 for v in values) / len(values)
 
 
-def rollout_signal(rows: list[dict], count_tokens: Callable[[str], int] | None = None) -> dict:
+def _differ(values: list[float]) -> bool:
+    return max(values) - min(values) > EQUAL
+
+
+def answer_score(row: dict, answer: str = "em") -> float | None:
+    """The answer score of a dumped response: `compute_score`'s EM (`acc`) or token F1 (`f1`, `answer`) of the
+    answer in its `output` against its `gts`, without format credit; None for a row without both.
+
+    >>> answer_score({"output": "<think>x</think>\\n<answer> Paris </answer>", "gts": {"target": ["Paris"]}})
+    1.0
+    """
+    from verl_search.rewards import compute_score
+
+    if "output" not in row or "gts" not in row:
+        return None
+    return float(compute_score("", row["output"], row["gts"])[ANSWER_KEYS[answer]])
+
+
+def rollout_signal(rows: list[dict], count_tokens: Callable[[str], int] | None = None, answer: str = "em") -> dict:
     """The learning signal of one step's dumped responses.
 
     Args:
-        rows: one step's responses (`score`: reward; `uid` or `input`: group, `group_id`; `output`).
+        rows: one step's responses (`score`: reward; `uid` or `input`: group, `group_id`; `output`; `gts`).
         count_tokens: text -> token count (`tokenizer_counter`); `None`: no token counts.
+        answer: the answer measure the reward pays, `em` (default) or `f1` (`answer_score`).
 
     Returns `{"responses", "groups", "group_size": [min, max], "reward_mean", "reward_std" (over all
     responses, population std, reward units), "within_group_variance" (mean over groups of the
     population variance of their rewards, reward units squared), "zero_variance_groups" (groups whose
-    rewards are all equal: zero advantage), "responses_with_advantage", "distinct_answers" (mean over
-    groups of the distinct `<answer>` texts), "loss_tokens", "tokens_with_advantage" (tokens of
-    `model_text`, re-tokenized; `None` without `count_tokens`)}`.
+    rewards are all equal: zero advantage), "answer_groups" (groups whose rewards and answer scores differ),
+    "format_only_groups" (groups whose rewards differ and answer scores do not: format credit alone),
+    "em_groups" (groups whose EM differs), "answer" (the measure), "responses_with_advantage",
+    "distinct_answers" (mean over groups of the distinct `<answer>` texts), "loss_tokens", "tokens_with_advantage"
+    (tokens of `model_text`, re-tokenized; `None` without `count_tokens`)}`; the three answer counts are `None`
+    where a row has no `output` or `gts`.
 
     Raises:
-        ValueError: `rows` is empty or a row has no `score`.
+        ValueError: `rows` is empty, a row has no `score`, or `answer` is not a key of `ANSWER_KEYS`.
     """
+    if answer not in ANSWER_KEYS:
+        raise ValueError(f"answer={answer!r}: use one of {', '.join(ANSWER_KEYS)}")
     if not rows:
         raise ValueError("rollout_signal needs the responses of a step, got none")
     groups: dict[str, list[dict]] = {}
@@ -110,7 +142,14 @@ def rollout_signal(rows: list[dict], count_tokens: Callable[[str], int] | None =
             raise ValueError(f"a dumped response has no 'score' (keys: {sorted(row)}); pass verl's rollout dump")
         groups.setdefault(group_id(row), []).append(row)
     rewards = [float(r["score"]) for r in rows]
-    varying = {g: m for g, m in groups.items() if max(r["score"] for r in m) - min(r["score"] for r in m) > EQUAL}
+    varying = {g: m for g, m in groups.items() if _differ([float(r["score"]) for r in m])}
+    answer_groups = format_only = em_groups = None
+    if all("output" in r and "gts" in r for r in rows):
+        scores = {g: [answer_score(r, answer) for r in m] for g, m in groups.items()}
+        ems = {g: [answer_score(r, "em") for r in m] for g, m in groups.items()} if answer != "em" else scores
+        answer_groups = sum(_differ(scores[g]) for g in varying)
+        format_only = len(varying) - answer_groups
+        em_groups = sum(_differ(values) for values in ems.values())
     with_advantage = [r for m in varying.values() for r in m
                       if abs(float(r["score"]) - sum(x["score"] for x in m) / len(m)) > EQUAL]
     tokens = with_tokens = None
@@ -122,20 +161,29 @@ def rollout_signal(rows: list[dict], count_tokens: Callable[[str], int] | None =
     return {"responses": len(rows), "groups": len(groups), "group_size": [min(sizes), max(sizes)],
             "reward_mean": sum(rewards) / len(rewards), "reward_std": _variance(rewards) ** 0.5,
             "within_group_variance": sum(_variance([float(r["score"]) for r in m]) for m in groups.values()) / len(groups),
-            "zero_variance_groups": len(groups) - len(varying), "responses_with_advantage": len(with_advantage),
+            "zero_variance_groups": len(groups) - len(varying), "answer_groups": answer_groups,
+            "format_only_groups": format_only, "em_groups": em_groups, "answer": answer,
+            "responses_with_advantage": len(with_advantage),
             "distinct_answers": sum(answers) / len(answers), "loss_tokens": tokens, "tokens_with_advantage": with_tokens}
 
 
 def step_signals(steps: dict[int, dict], rollouts: dict[int, list[dict]],
-                 count_tokens: Callable[[str], int] | None = None) -> list[dict]:
+                 count_tokens: Callable[[str], int] | None = None, answer: str = "em") -> list[dict]:
     """Per logged GRPO step, in order: `{"step", "metrics": {label: value or None} (`METRICS`),
-    "em": search/em/mean, "rollouts": rollout_signal or None (no dump kept for that step)}`."""
+    "em": search/em/mean, "rollouts": rollout_signal (with `answer`) or None (no dump kept for that step),
+    "trained_groups": the groups trained on (the dump's, else groups generated minus filtered out; None
+    without either), "generated_per_trained": groups generated per trained group (None unless both are known)}`."""
     out = []
     for step in sorted(steps.keys() | rollouts.keys()):
         logged = steps.get(step, {})
-        out.append({"step": step, "metrics": {label: logged.get(key) for label, key in METRICS.items()},
-                    "em": logged.get("search/em/mean"),
-                    "rollouts": rollout_signal(rollouts[step], count_tokens) if rollouts.get(step) else None})
+        metrics = {label: logged.get(key) for label, key in METRICS.items()}
+        signal = rollout_signal(rollouts[step], count_tokens, answer) if rollouts.get(step) else None
+        generated = metrics["groups generated"]
+        trained = signal["groups"] if signal else (
+            generated - (metrics["groups filtered out"] or 0) if generated is not None else None)
+        out.append({"step": step, "metrics": metrics, "em": logged.get("search/em/mean"), "rollouts": signal,
+                    "trained_groups": trained,
+                    "generated_per_trained": generated / trained if generated is not None and trained else None})
     return out
 
 
@@ -149,27 +197,52 @@ def signal_table(signals: list[dict]) -> str:
     """Markdown: one row per step, the `rollout_signal` columns ("-" where no rollouts were kept) and
     verl's logged metrics (`METRICS`)."""
     head = ["step", "responses / groups", "reward mean ± std", "within-group reward variance", "zero-variance groups",
-            "responses with advantage ≠ 0", "loss tokens with advantage ≠ 0", "distinct answers per group",
-            *(label for label in METRICS if label != "reward mean")]
+            "groups: answer / format-only variance", "responses with advantage ≠ 0",
+            "loss tokens with advantage ≠ 0", "distinct answers per group", *(label for label in METRICS if label != "reward mean"),
+            "groups generated per trained group"]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---:"] * len(head)) + " |"]
     for s in signals:
         r, m = s["rollouts"], s["metrics"]
         if r:
             tokens = "-" if r["tokens_with_advantage"] is None else f"{r['tokens_with_advantage']} of {r['loss_tokens']}"
+            kinds = "-" if r["answer_groups"] is None else f"{r['answer_groups']} / {r['format_only_groups']}"
             cells = [f"{r['responses']} / {r['groups']}", f"{r['reward_mean']:.3f} ± {r['reward_std']:.3f}",
-                     f"{r['within_group_variance']:.4f}", f"{r['zero_variance_groups']} of {r['groups']}",
+                     f"{r['within_group_variance']:.4f}", f"{r['zero_variance_groups']} of {r['groups']}", kinds,
                      f"{r['responses_with_advantage']} of {r['responses']}", tokens, f"{r['distinct_answers']:.2f}"]
         else:
-            cells = ["-", f"{_num(m['reward mean'])} (logged)", "-", "-", "-", "-", "-"]
+            cells = ["-", f"{_num(m['reward mean'])} (logged)", "-", "-", "-", "-", "-", "-"]
         cells += [_num(m[label], 4 if label == "lr" else 3) for label in METRICS if label != "reward mean"]
+        cells.append(_num(s.get("generated_per_trained"), 2))
         lines.append(f"| {s['step']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def explain(signals: list[dict], comparison: dict | None = None) -> list[str]:
+def _answer_sentence(signals: list[dict], kept: list[dict]) -> str | None:
+    """The trained groups' answer signal over the kept rollouts; "Every trained group carried signal" only where
+    every step's rollouts are kept and every trained group's answer scores differed."""
+    counted = [s for s in kept if s["rollouts"]["answer_groups"] is not None]
+    if not counted:
+        return None
+    r = [s["rollouts"] for s in counted]
+    groups, answer = sum(x["groups"] for x in r), sum(x["answer_groups"] for x in r)
+    measure = {"em": "EM", "f1": "token F1"}[r[0]["answer"]]
+    where = f"step {', '.join(str(s['step']) for s in counted)}"
+    if answer == groups and len(counted) == len(signals):
+        return (f"Every trained group carried signal: in all {groups} trained groups ({where}) the answer scores "
+                f"({measure}, recomputed from the kept rollouts) differed, not only the format credit.")
+    missing = [s["step"] for s in signals if s not in counted]
+    return (f"Of the {groups} trained groups in the kept rollouts ({where}), {answer} differed in their answer scores "
+            f"({measure}), {sum(x['format_only_groups'] for x in r)} only by format credit (their advantages rank "
+            f"formats, not answers) and {sum(x['zero_variance_groups'] for x in r)} not at all"
+            + (f"; step {', '.join(map(str, missing))} kept no rollouts to count" if missing else "") + ".")
+
+
+def explain(signals: list[dict], comparison: dict | None = None, filter_metric: str = "reward") -> list[str]:
     """Sentences (markdown bullets) on what the steps' signal shows: the held-out verdict (`comparison`:
     `eval.compare.paired_bootstrap` of cold start -> GRPO EM, or `None`), the groups without reward
-    variance, the steps whose every advantage was 0, entropy, KL, and the updates made."""
+    variance, the trained groups' answer signal (`_answer_sentence`), group filtering (on `filter_metric`:
+    `reward`, or a reward output such as `acc`) and the groups generated per trained group, the steps whose
+    every advantage was 0, entropy, KL, and the updates made."""
     lines = []
     if comparison:
         low, high = comparison["ci95"]
@@ -187,6 +260,9 @@ def explain(signals: list[dict], comparison: dict | None = None) -> list[str]:
         lines.append(f"In the kept rollouts (step {', '.join(str(s['step']) for s in kept)}), {zero} of {total} groups "
                      f"had all rewards equal, so {responses} of {sum(s['rollouts']['responses'] for s in kept)} "
                      f"responses{carried} carried a non-zero advantage.")
+        answered = _answer_sentence(signals, kept)
+        if answered:
+            lines.append(answered)
     flat = [s["step"] for s in signals if s["metrics"]["advantage min"] == 0 == s["metrics"]["advantage max"]]
     if flat:
         lines.append(f"Step {', '.join(map(str, flat))}: every advantage 0 (logged critic/advantages min = max = 0), "
@@ -197,11 +273,16 @@ def explain(signals: list[dict], comparison: dict | None = None) -> list[str]:
     if filtered:
         before = [s["metrics"]["reward before filtering"] for s in signals
                   if s["metrics"]["reward before filtering"] is not None]
-        lines.append(f"Group filtering (DAPO's dynamic sampling): {filtered:.0f} groups had all rewards equal and were "
-                     f"replaced by fresh questions" + (f", of {sum(generated):.0f} generated" if generated else "")
-                     + "; every trained group carried signal" + (
-                         f". Reward per response before filtering: {', '.join(_num(b) for b in before)} by step."
-                         if before else "."))
+        compared = "rewards" if filter_metric == "reward" else f"answer scores (`{filter_metric}`)"
+        lines.append(f"Group filtering (DAPO's dynamic sampling): {filtered:.0f} groups had all {compared} equal and "
+                     f"were replaced by fresh questions" + (f", of {sum(generated):.0f} generated" if generated else "")
+                     + (f". Reward per response before filtering: {', '.join(_num(b) for b in before)} by step."
+                        if before else "."))
+    ratios = [(s["step"], s["generated_per_trained"]) for s in signals if s.get("generated_per_trained") is not None]
+    if ratios and (filtered or any(r != 1 for _, r in ratios)):
+        worst = max(ratios, key=lambda pair: pair[1])
+        lines.append(f"Groups generated per trained group: {', '.join(f'{r:.1f}' for _, r in ratios)} by step (most "
+                     f"{worst[1]:.1f}, step {worst[0]}).")
     ems = [s["em"] for s in signals if s["em"] is not None]
     sizes = [s["rollouts"]["group_size"][1] for s in kept]
     if ems and sizes and not filtered:
@@ -230,12 +311,13 @@ def explain(signals: list[dict], comparison: dict | None = None) -> list[str]:
     return [f"- {line}" for line in lines]
 
 
-def section(signals: list[dict], comparison: dict | None = None) -> str:
+def section(signals: list[dict], comparison: dict | None = None, filter_metric: str = "reward") -> str:
     """The report's markdown section "Why GRPO moved / did not move": `explain` and `signal_table`."""
     verdict = "moved or did not move" if comparison is None else ("moved" if comparison["ci95"][0] > 0 else "did not move")
     return "\n".join([f"## Why GRPO {verdict}", "", "GRPO's advantage is a response's reward minus its group's mean "
                       "(over the responses to one prompt), over the group's std: a group whose rewards are all equal "
-                      "gives its tokens no gradient.", "", *explain(signals, comparison), "", signal_table(signals)])
+                      "gives its tokens no gradient.", "", *explain(signals, comparison, filter_metric), "",
+                      signal_table(signals)])
 
 
 def tokenizer_counter(folder: str | Path) -> Callable[[str], int]:
