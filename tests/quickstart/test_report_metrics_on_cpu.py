@@ -2,8 +2,9 @@
 answer-score against format-only variance of the trained groups, recomputed from the rollouts, with "Every trained
 group carried signal" only where it holds; the groups generated per trained group; the title baseline and the
 "gold visible" ceiling; EM / F1 with the gold visible or not, searches and queries per model; the probe gains
-split into trained and untrained questions. On hand-written rows and on the default run's kept files
-(`tests/assets/runs/quickstart_run/`), re-rendered without training."""
+split into trained and untrained questions; and the answer-only group filter (`--filter-metric answer`) as verl's
+DAPO filter applies it. On hand-written rows and on the default run's kept files (`tests/assets/runs/
+quickstart_run/`), re-rendered without training."""
 
 from __future__ import annotations
 
@@ -210,3 +211,54 @@ def test_the_kept_run_rerenders_with_every_new_section(tmp_path):
     assert "Groups generated per trained group: 4.0, 16.5 by step (most 16.5, step 2)." in text
     assert report["probe_split"] == {} and "Split by whether" not in text  # no probe set in the default run
     assert list(load_records(out)) == ["untrained", "cold_start", "grpo"]
+
+
+@pytest.mark.parametrize("reward, key", [("em", "acc"), ("f1", "f1")])
+def test_the_answer_filter_drops_groups_that_differ_only_by_format_credit(tmp_path, monkeypatch, reward, key):
+    """`--filter-metric answer` composes into verl's `algorithm.filter_groups.metric` naming the reward's answer
+    score; verl's own DAPO classification (its replay buffer's `_dapo_filtered_keys`, on the reward's extra outputs
+    as its reward loop stores them) then drops the format-only group and keeps the one whose answers differ, where
+    the `reward` metric keeps both."""
+    import torch
+    import transfer_queue
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    from verl_search.quickstart.grpo import REWARD_WEIGHTS, filter_metric_key, grpo_overrides, shipped_recipe
+    from verl_search.quickstart.options import QuickstartOptions, protocol_options
+    from verl_search.rewards import compute_score
+    from verl_search.verl_config.compose import compose_verl_config
+
+    protocol = protocol_options(QuickstartOptions(), tmp_path / "index")
+    (tmp_path / "model").mkdir()  # the overrides read the model's config (its largest tensor); nothing is loaded
+    (tmp_path / "model" / "config.json").write_text(json.dumps({"vocab_size": 1000, "hidden_size": 64}))
+    common = dict(model=str(tmp_path / "model"), train_file=tmp_path / "a", val_file=tmp_path / "b", out=tmp_path, steps=1,
+                  prompts_per_step=2, group_size=4, lr=1e-5, kl=False, reward=reward, max_gen_batches=6)
+    rows = groups(zero=False)
+    scored = [(row["uid"], compute_score("", row["output"], row["gts"], None, **REWARD_WEIGHTS[reward])) for row in rows]
+    stored = {"rm_scores": [torch.tensor([0.0, result["score"]]) for _, result in scored],
+              "extra_fields": [{"reward_extra_info": result} for _, result in scored]}
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", lambda keys, partition_id, select_fields: {
+        field: [stored[field][[uid for uid, _ in scored].index(k)] for k in keys] for field in select_fields})
+    filtered = {}
+    for metric in ("reward", "answer"):
+        config = compose_verl_config(grpo_overrides(protocol, **common, filter_metric=metric), recipe=shipped_recipe())
+        assert config.algorithm.filter_groups.metric == filter_metric_key(metric, reward) == \
+            ("reward" if metric == "reward" else key)
+        trainer = object.__new__(PPOTrainerSync)
+        trainer.config, trainer.trainer_mode = config, "sync"
+        buffer = trainer._build_replay_buffer()
+        buffer.partitions["train"] = {uid: {} for uid, _ in scored}
+        buffer.finished_keys["train"] = {uid.split("_")[0] for uid, _ in scored}
+        filtered[metric] = buffer._dapo_filtered_keys("train")[0]
+    assert filtered == {"reward": set(), "answer": {"format"}}
+    # the report names the filter and what it compared
+    steps = {1: {"search/groups/generated": 5.0, "training/filter_groups/evicted_samples": 3.0}}
+    write_report(tmp_path, {"cold_start": hand_written(), "grpo": hand_written()}, {}, steps,
+                 {"options": {"reward": reward, "filter_metric": "answer"}}, samples=200,
+                 rollouts={1: groups(zero=False, format_only=False)})
+    text = (tmp_path / "report.md").read_text()
+    assert "(`--filter-metric answer`)" in text and f"3 groups had all answer scores (`{key}`) equal" in text
+    with pytest.raises(ValueError, match="filter_metric='score'"):
+        filter_metric_key("score")
+    with pytest.raises(ValueError, match="--filter-metric answer"):
+        QuickstartOptions(filter_metric="answer", filter_groups=False)

@@ -114,22 +114,54 @@ def reward_overrides(reward: str) -> list[str]:
     return [f"+reward.custom_reward_function.reward_kwargs.{k}={v}" for k, v in REWARD_WEIGHTS[reward].items()]
 
 
-def filter_overrides(max_gen_batches: int) -> list[str]:
-    """DAPO's dynamic sampling on the score (verl's `algorithm.filter_groups`, honoured by the recipe's replay
-    buffer, `verl_search.training.replay_buffer`): at most `max_gen_batches` generation batches a step (0: no
-    limit), `INFLIGHT_GEN_BATCHES` of them generating at once."""
-    return ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward",
+FILTER_METRICS = ("reward", "answer")
+"""`QuickstartOptions.filter_metric`: what must differ within a group for group filtering to keep it."""
+
+
+def filter_metric_key(filter_metric: str, reward: str = "em", protocol: str = "search_r1") -> str:
+    """verl's `algorithm.filter_groups.metric` for `filter_metric`: `reward` (verl's score, format credit
+    included: a group whose answers are all wrong but one malformed is kept) or, for `answer`, the output of
+    `compute_score` that holds the answer score alone: `acc` (EM) or `f1` where GRPO's reward pays token F1
+    (`frontier.trained_measure`). verl's reward loop hands every key of the reward's dict to the replay buffer
+    as `reward_extra_info`, where DAPO's filter reads a metric other than `reward`.
+
+    >>> filter_metric_key("answer"), filter_metric_key("answer", "f1"), filter_metric_key("reward", "f1")
+    ('acc', 'f1', 'reward')
+
+    Raises:
+        ValueError: `filter_metric` is not one of `FILTER_METRICS`.
+    """
+    from verl_search.quickstart.frontier import trained_measure
+    from verl_search.training.grpo_signal import ANSWER_KEYS
+
+    if filter_metric not in FILTER_METRICS:
+        raise ValueError(f"filter_metric={filter_metric!r}: use one of {', '.join(FILTER_METRICS)}")
+    return "reward" if filter_metric == "reward" else ANSWER_KEYS[trained_measure(reward, protocol)]
+
+
+def filter_overrides(max_gen_batches: int, metric: str = "reward") -> list[str]:
+    """DAPO's dynamic sampling (verl's `algorithm.filter_groups`, honoured by the recipe's replay buffer,
+    `verl_search.training.replay_buffer`) on `metric` (`filter_metric_key`: `reward`, `acc` or `f1`): at most
+    `max_gen_batches` generation batches a step (0: no limit), `INFLIGHT_GEN_BATCHES` of them generating at once."""
+    return ["algorithm.filter_groups.enable=true", f"algorithm.filter_groups.metric={metric}",
             f"algorithm.filter_groups.max_num_gen_batches={max_gen_batches}",
             f"algorithm.filter_groups.max_inflight_gen_batches={INFLIGHT_GEN_BATCHES}"]
 
 
 def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,
                    prompts_per_step: int, group_size: int, lr: float, kl: bool, reward: str = "em",
-                   max_gen_batches: int | None = None, permuted_reward: bool = False, seed: int = 0) -> list[str]:
+                   max_gen_batches: int | None = None, permuted_reward: bool = False, seed: int = 0,
+                   filter_metric: str = "reward") -> list[str]:
     """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`, rolling out on
     `protocol.engine` (`rollout_name`), trained on `reward` (`reward_overrides`), with group filtering
-    unless `max_gen_batches` is None (`filter_overrides`); `permuted_reward`: the control, its scores
-    shuffled within each step by `seed` (`verl_search.training.replay_buffer`)."""
+    unless `max_gen_batches` is None (`filter_overrides`, on `filter_metric_key(filter_metric, ...)`: `reward`
+    or `answer`); `permuted_reward`: the control, its scores shuffled within each step by `seed`
+    (`verl_search.training.replay_buffer`).
+
+    Raises:
+        ValueError: `reward` or `filter_metric` unknown (`reward_overrides`, `filter_metric_key`).
+    """
+    metric = filter_metric_key(filter_metric, reward, protocol.protocol)
     rollout = "actor_rollout_ref.rollout"
     return [
         f"{rollout}.name={rollout_name(protocol.engine)}",
@@ -154,7 +186,7 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
         f"{rollout}.prompt_length={protocol.prompt_length}", f"{rollout}.response_length={protocol.response_length}",
         f"{rollout}.val_kwargs.temperature={protocol.temperature}",
         f"{rollout}.agent.agent_loop_config_path={agent_loop_yaml(protocol, out / 'agent_loops.yaml')}",
-        *reward_overrides(reward), *(filter_overrides(max_gen_batches) if max_gen_batches is not None else []),
+        *reward_overrides(reward), *(filter_overrides(max_gen_batches, metric) if max_gen_batches is not None else []),
         *([f"+trainer.v1.sampler.sampler_kwargs.{PERMUTE_KWARG}=true",
            f"+trainer.v1.sampler.sampler_kwargs.{PERMUTE_SEED_KWARG}={seed}"] if permuted_reward else []),
         f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=1",

@@ -39,7 +39,9 @@ class QuickstartOptions:
         filter_groups: DAPO's dynamic sampling (`algorithm.filter_groups` on the score): groups whose
             rollouts all scored alike are dropped and replaced by fresh questions, so every group trained
             on carries signal; max_gen_batches: generation batches one step may use before the run
-            stops with an error (0: no limit).
+            stops with an error (0: no limit); filter_metric: what must differ within a group: `reward` (the
+            score, format credit included) or `answer` (the answer score alone, EM or token F1 as the reward
+            pays: a group that differs only by format credit is dropped; `grpo.filter_metric_key`).
         frontier_questions: training questions whose sampled success the start model is measured on
             before GRPO (`frontier_samples` rollouts each at temperature 1); GRPO then trains on those
             answered in some but not all samples (by exact match, or by token F1 where GRPO trains on an
@@ -94,6 +96,9 @@ class QuickstartOptions:
         "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
     max_gen_batches: int = field(default=100, metadata=_help(
         "generation batches a GRPO step may use to find groups with signal (0: no limit)"))
+    filter_metric: Literal["reward", "answer"] = field(default="reward", metadata=_help(
+        "what must differ within a kept GRPO group: reward (the score, format credit included) or answer (the "
+        "answer score alone: EM, or F1 for an F1 reward)"))
     frontier_questions: int = field(default=0, metadata=_help(
         "training questions measured before GRPO; GRPO trains on those the start model answers sometimes "
         "(by EM, or by F1 for an F1 reward), "
@@ -139,6 +144,9 @@ class QuickstartOptions:
         if self.control and (self.permuted_reward or not self.grpo_steps):
             raise ValueError(f"--control trains GRPO and its permuted-reward control; it needs --grpo-steps >= 1 "
                              f"(got {self.grpo_steps}) and no --permuted-reward (got {self.permuted_reward})")
+        if self.filter_metric == "answer" and not self.filter_groups:
+            raise ValueError("--filter-metric answer chooses what group filtering compares; it needs the filter on "
+                             "(leave out --no-filter-groups)")
         if self.balance_positions and not self.frontier_questions:
             raise ValueError("--balance-positions balances the frontier questions GRPO trains on: it needs "
                              "--frontier-questions N (N >= 1)")

@@ -161,8 +161,8 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
             (each model against the one before it, and the last against the first); `CONTROL`, when present,
             is compared with the model before `grpo` (the start of both runs) only.
         timings: stage -> `{"seconds", "cpu_seconds", "load"}` (`timings_table`). steps: GRPO step ->
-            logged metrics. meta: written as is (`meta["options"]`: the run's `QuickstartOptions`; `reward`
-            and `protocol` are read).
+            logged metrics. meta: written as is (`meta["options"]`: the run's `QuickstartOptions`; `reward`,
+            `protocol` and `filter_metric` are read).
         samples, seed: of the paired bootstrap.
         rollouts: GRPO step -> its dumped responses (`grpo_signal.read_rollouts`; any steps, or none); the
             prompts in them are GRPO's trained questions in the probe split.
@@ -225,6 +225,9 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
                   "malformed or cut; `verl_search.rewards.research`).", ""]
     elif options.get("reward"):
         parts += [f"GRPO's reward: `{options['reward']}` (`verl-search quickstart --reward`).", ""]
+    if options.get("filter_metric") == "answer":
+        parts += ["GRPO's group filter keeps only groups whose answer scores differ, format credit aside "
+                  "(`--filter-metric answer`).", ""]
     if options.get("balance_positions"):
         parts += ["GRPO's questions: the frontier's, with as many two-option questions whose gold is the first-named "
                   "option as the last (`--balance-positions`).", ""]
@@ -257,7 +260,11 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     if curves:
         parts += ["## GRPO training curves", "", "![curves](curves.png)", "", "Plotted: " + ", ".join(curves), ""]
     if signals:
-        parts += [section(signals, comparisons.get(f"{start} -> grpo: em") if start else None)]
+        from verl_search.quickstart.grpo import filter_metric_key
+
+        metric = filter_metric_key(options.get("filter_metric") or "reward", options.get("reward", "em"),
+                                   options.get("protocol", "search_r1"))
+        parts += [section(signals, comparisons.get(f"{start} -> grpo: em") if start else None, metric)]
     (out / "report.md").write_text("\n".join(parts), encoding="utf-8")
     return report
 
