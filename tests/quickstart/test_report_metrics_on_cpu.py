@@ -146,6 +146,9 @@ def test_conditional_metrics_split_by_what_the_model_saw():
 def test_the_shape_table_adds_the_top_title_baseline_and_the_gold_visible_ceiling():
     models = {"untrained": [dict(r, turns=[]) for r in hand_written()], "cold_start": hand_written()}
     assert searcher(models) == "cold_start" and searcher({"untrained": models["untrained"]}) is None
+    searched_once = [dict(r, turns=r["turns"] if r["id"] == "a" else []) for r in hand_written()]
+    assert searcher({"untrained": searched_once, "cold_start": hand_written(), "grpo": hand_written()}) == \
+        "cold_start"  # GRPO's start, past an untrained model that searched once
     rows = by_shape(models, None, searcher(models))
     assert rows["top passage title"]["all"] == {"n": 6, "em": pytest.approx(2 / 6), "f1": pytest.approx(2 / 6)}
     assert rows["gold visible"]["all"] == {"n": 6, "share": 0.5} and rows["gold visible"]["kind"] == "ceiling"
