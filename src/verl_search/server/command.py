@@ -38,14 +38,19 @@ def serve_from_args(args: argparse.Namespace) -> int:
     """Serve with the options parsed by a parser that `add_serve_arguments` built; returns the exit code.
 
     `--ray` deploys with Ray Serve (`server.ray_serve.serve_with_ray`), `--backend web` serves a web
-    search API (`server.web.service.serve_web`), otherwise one uvicorn process (`server.serve.serve`).
+    search API (`server.web.service.serve_web`), `--http-workers N` (N > 1) N HTTP processes in front of this
+    one (`server.workers.serve_with_workers`), otherwise one uvicorn process (`server.serve.serve`).
 
     Raises:
         ValueError: a combination of flags that does not fit (named in the message); as the server called.
     """
     ray_options = build(RayOptions, args)
     hybrid, rerank, options = build(HybridOptions, args), build(RerankOptions, args), build(ServeOptions, args)
+    if options.http_workers < 1:
+        raise ValueError(f"--http-workers must be >= 1, got {options.http_workers}")
     if options.backend == "web":
+        if options.http_workers > 1:
+            raise ValueError("--http-workers applies to --backend index")
         if ray_options.ray or options.index:
             raise ValueError("--backend web serves a web search API: leave out --index and --ray")
         from verl_search.server.web.service import serve_web
@@ -54,6 +59,12 @@ def serve_from_args(args: argparse.Namespace) -> int:
                          build(ServerSettings, args), build(WebOptions, args))
     if options.index is None:
         raise ValueError("--index is required (an index folder or a faiss file), unless --backend web")
+    if options.http_workers > 1:
+        if ray_options.ray:
+            raise ValueError("--http-workers and --ray do not combine: Ray Serve runs its own HTTP proxies")
+        from verl_search.server.workers import serve_with_workers
+
+        return serve_with_workers(options, build(ServerSettings, args), hybrid, rerank)
     if ray_options.ray:
         from verl_search.process.extras import require_extra
 

@@ -57,6 +57,8 @@ class ServeOptions:
         search_backend: dense: `faiss` (default) or `torch`: a Flat index searched exactly by torch, its vectors in
             fp16 across the visible GPUs (fp32 on the CPU with `--cpu` or without a GPU), no faiss-gpu needed
             (`retrieval.torch_exact`).
+        http_workers: HTTP processes in front of this one, which holds the index and its one micro-batcher
+            (default 1: this process answers HTTP itself; `server.workers`). >= 1.
     """
 
     index: str | None = field(default=None, metadata={
@@ -86,6 +88,9 @@ class ServeOptions:
     search_backend: Literal["faiss", "torch"] = field(default="faiss", metadata={
         "help": "dense: faiss, or torch: exact search of a Flat index in torch, fp16 over every visible GPU "
                 "(fp32 on the CPU), no faiss-gpu needed"})
+    http_workers: int = field(default=1, metadata={
+        "help": "HTTP worker processes on the port, in front of one process that searches the index (1: that "
+                "process answers HTTP itself)"})
 
 
 @dataclass
