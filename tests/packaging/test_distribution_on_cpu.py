@@ -21,6 +21,8 @@ from tests.conftest import REPO
 
 SOURCE = REPO / "src" / "verl_search"
 SHIPPED_SUFFIXES = {".py", ".yaml", ".gz"}  # .gz: the mini-wiki dataset
+#: the tool YAMLs of the top-level tool_configs/, shipped through links in verl_search/configs/
+TOOL_CONFIGS = ("search_tool_config.yaml", "access_tool_config.yaml")
 
 
 def _package_files() -> set[str]:
@@ -68,6 +70,11 @@ def test_wheel_holds_every_package_file(wheel):
     # the quickstart's GRPO recipe: in the source a link to the example recipe, in the wheel its content
     recipe = zipfile.ZipFile(wheel).read("verl_search/configs/grpo_qwen2.5-3b-base_search_r1.yaml")
     assert recipe == (REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" / "config.yaml").read_bytes()
+    # the tool YAMLs: in the source links to the top-level tool_configs/, in the wheel their content
+    for name in TOOL_CONFIGS:
+        assert zipfile.ZipFile(wheel).read(f"verl_search/configs/{name}") == (REPO / "tool_configs" / name).read_bytes()
+    # the kept runs and the documentation stay in the repository
+    assert not [n for n in names if n.startswith(("results/", "docs/", "tests/"))]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "verl-search = verl_search.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -83,6 +90,10 @@ def test_sdist_holds_every_package_file(sdist):
         assert recipe.isfile(), "the sdist holds the quickstart's recipe as a link, not a file"
         assert archive.extractfile(recipe).read() == (REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" /
                                                       "config.yaml").read_bytes()
+        for name in TOOL_CONFIGS:
+            member = next(m for m in archive.getmembers() if m.name.endswith(f"src/verl_search/configs/{name}"))
+            assert member.isfile() and archive.extractfile(member).read() == (REPO / "tool_configs" / name).read_bytes()
+    assert not [n for n in names if n.startswith(("results/", "docs/runs/"))], "the sdist carries the kept runs"
 
 
 def test_version_is_the_distribution_version():

@@ -6,6 +6,7 @@ import importlib.util
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +15,7 @@ from tests.conftest import MINI_QA, REPO
 from verl_search.datasets.preprocess import Source, build_rows, write_parquet
 from verl_search.process.extras import install_line
 from verl_search.verl_config.check import check_config
+from verl_search.verl_config.shipped import config_path
 
 RECIPES = sorted((REPO / "examples").glob("*/config.yaml"))
 TOOL_RECIPE = REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml"
@@ -86,6 +88,16 @@ def test_every_shipped_recipe_passes(recipe, tiny_qwen, tiny_qwen_32k, tiny_qwen
 
         assert AutoConfig.from_pretrained(model).model_type == "qwen3"
     assert check_config(recipe, stand_ins(model, parquet[protocol])) == []
+
+
+@pytest.mark.parametrize("name", ["search_tool_config.yaml", "access_tool_config.yaml"])
+def test_the_tool_configs_at_the_top_work_as_verls_tool_config_path(name, tiny_qwen, parquet):
+    # tool_configs/ is where users point verl's tool_config_path; the package ships the same file
+    path = REPO / "tool_configs" / name
+    shipped = {"search_tool_config.yaml": "tool", "access_tool_config.yaml": "access-tool"}[name]
+    assert Path(config_path(shipped)).read_bytes() == path.read_bytes()
+    overrides = [f"actor_rollout_ref.rollout.multi_turn.tool_config_path={path}"]
+    assert check_config(TOOL_RECIPE, stand_ins(tiny_qwen, parquet["tool"]) + overrides) == []
 
 
 def rewrite(parquet_path, tmp_path, change):

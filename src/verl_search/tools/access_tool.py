@@ -4,7 +4,7 @@ After a `search` shows a snippet, the model reads the page it came from, as ASea
 with its `access` tool: by `title` (the title the search result shows; on a local corpus, every
 passage of that title in corpus order), by `id` (a passage id, shown by `SearchTool` with
 `show_ids: true`; on the web backend the id is the page's URL) or by `url` (web backend). Register it
-beside `SearchTool` (`verl_search/configs/access_tool_config.yaml` lists both).
+beside `SearchTool` (`tool_configs/access_tool_config.yaml` lists both).
 
 Config keys: those of `SearchTool` (the same client, retries and deadline; `access_service_url`
 defaults to the retrieval URL with `/retrieve` replaced by `/access`), plus:

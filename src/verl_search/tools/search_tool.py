@@ -1,6 +1,6 @@
 """`SearchTool`: a verl `BaseTool` that searches the retrieval service, for `ToolAgentLoop`.
 
-Register it with a tool YAML (`verl_search/configs/search_tool_config.yaml`)::
+Register it with a tool YAML (`tool_configs/search_tool_config.yaml`, shipped as `verl_search/configs/`)::
 
     tools:
       - class_name: verl_search.tools.search_tool.SearchTool
