@@ -125,16 +125,23 @@ SUBCOMMANDS = {
 }
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from verl_search.eval.harness import run_eval
+def eval_options(args: argparse.Namespace):
+    """`EvalOptions` of parsed `eval` flags: the flags given over `--preset`'s values over the class's defaults."""
     from verl_search.eval.options import EvalOptions
+    from verl_search.eval.presets import with_preset
     from verl_search.process.options import build
 
     from verl_search.datasets import DEFAULT_EVAL_DATA
 
-    options = build(EvalOptions, args, data=args.data or [DEFAULT_EVAL_DATA])
+    return build(EvalOptions, with_preset(vars(args)), data=args.data or [DEFAULT_EVAL_DATA])
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from verl_search.eval.harness import run_eval
+
+    options = eval_options(args)
     run_eval(options)
-    logger.info("report written to %s/report.md", args.out)
+    logger.info("report written to %s/report.md", options.out)
     return 0
 
 

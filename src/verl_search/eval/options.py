@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from verl_search.eval.presets import PresetName, get_preset
 from verl_search.protocol.registry import ProtocolName
 
 
@@ -21,6 +22,9 @@ class EvalOptions:
     Attributes:
         data: inputs, `[NAME=]PATH` of FlashRAG JSONL or verl parquet files.
         out: output folder (default `runs/eval`; a rerun resumes it).
+        preset: `search-r1` or `research`: the paper's evaluation settings (`verl_search.eval.presets`,
+            docs/eval.md "Presets"), applied under the flags given by `presets.with_preset` (the CLI does);
+            here it is only recorded (the report's `meta.options`) and checked. Default None: no preset.
         protocol: `search_r1` (Search-R1 tags), `tool` (hermes tool calls) or `research` (ReSearch
             tags); for JSONL inputs (parquet rows carry their own).
         model: HF folder, folder of `gguf_file`, or `smollm2`.
@@ -46,12 +50,14 @@ class EvalOptions:
             answered (`verl_search.eval.report.by_question`): the questions at the policy's frontier.
 
     Raises:
-        ValueError: `samples` below 1, or above 1 at temperature 0 (every sample would be the same
-            greedy answer).
+        ValueError: an unknown `preset` (the message names the choices); `samples` below 1, or above 1
+            at temperature 0 (every sample would be the same greedy answer).
     """
 
     data: list[str] = field(metadata=_help("[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable)"))
     out: str = field(default="runs/eval", metadata=_help("output folder (a rerun resumes it)"))
+    preset: PresetName | None = field(default=None, metadata=_help(
+        "evaluate as the paper's code does (docs/eval.md, Presets); the flags given win over it"))
     protocol: ProtocolName = field(default="search_r1", metadata=_help(
         "search_r1 (Search-R1 tags), tool (hermes tool calls) or research (ReSearch tags)"))
     model: str = field(default="smollm2", metadata=_help("HF model folder, a folder holding --gguf-file, or smollm2"))
@@ -81,6 +87,8 @@ class EvalOptions:
     judge_model: str | None = field(default=None, metadata=_help("the judge's model name (needed with --judge-url)"))
 
     def __post_init__(self):
+        if self.preset is not None:
+            get_preset(self.preset)
         if self.samples < 1:
             raise ValueError(f"--samples={self.samples} must be >= 1")
         if self.judge_url and not self.judge_model:
