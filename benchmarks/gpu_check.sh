@@ -5,10 +5,10 @@
 # wrk packages that benchmarks/prepare_gpu_check.sh put into GC_DIR (default build/gpu-check, an ignored folder the
 # device run carries), then, over the mini corpus and a random-weight MiniLM-architecture encoder (the same speed):
 #   1. builds a dense Flat index on the GPU;
-#   2. serves it twice, --search-backend faiss (faiss-cpu) and torch (fp16 on the GPU), and checks that both
-#      answer the same top-5 ids for 256 questions;
-#   3. wrk against each: 1 client (ROUNDS1 x SECS1 s) and 256 clients (ROUNDS256 x SECS256 s), one question a
-#      request: queries/s, p50/p99 (targets: 256 clients >= 5,000 q/s with p99 <= 100 ms);
+#   2. serves it three times: --search-backend faiss (faiss-cpu), torch (fp16 on the GPU), and torch with
+#      --http-workers HTTP_WORKERS (default 8); checks that faiss and torch answer the same top-5 ids for 256 questions;
+#   3. wrk: 1 client (ROUNDS1 x SECS1 s; faiss and torch) and 256 clients (ROUNDS256 x SECS256 s; all three), one
+#      question a request: queries/s, p50/p99 (targets: 256 clients >= 5,000 q/s with p99 <= 100 ms);
 #   4. the query encoder as serve builds it (precision, forward size, q/s at 1/64/256/512 queries);
 #   5. the torch backend at 21,015,324 x 768 fp16 (wiki-18 with e5-base, random vectors): ms per search of
 #      1/64/256/512 queries, top 3, beside a plain topk(q @ X.T) (target: 512 queries <= 200 ms).
@@ -30,9 +30,11 @@ RESULTS=$OUT/gpu_check.jsonl
 if [ -n "${GPU_CHECK_CPU:-}" ]; then  # tiny scale, the current environment's packages, everything on the CPU
   PASSAGES=${PASSAGES:-300}; SECS1=${SECS1:-2}; SECS256=${SECS256:-2}; ROUNDS1=${ROUNDS1:-1}; ROUNDS256=${ROUNDS256:-1}
   CLIENTS=${CLIENTS:-8}; ROWS=${ROWS:-20000}; SERVE_FLAGS="--cpu --encoder-threads 1"; BATCHES="1 64"; DEVICE=cpu
+  HTTP_WORKERS=${HTTP_WORKERS:-2}
 else
   PASSAGES=${PASSAGES:-0}; SECS1=${SECS1:-6}; SECS256=${SECS256:-10}; ROUNDS1=${ROUNDS1:-2}; ROUNDS256=${ROUNDS256:-2}
   CLIENTS=${CLIENTS:-256}; ROWS=${ROWS:-21015324}; SERVE_FLAGS=""; BATCHES="1 64 256 512"; DEVICE=cuda
+  HTTP_WORKERS=${HTTP_WORKERS:-8}
 fi
 PAUSE=${PAUSE:-3}
 step() { echo "== $(date +%T) $*"; }
@@ -80,39 +82,41 @@ timeout 300 $PY -m verl_search.cli index build --corpus "$WORK/corpus.jsonl" --o
   --retriever dense --encoder "$WORK/minilm" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; fail "index build"; }
 echo "{\"step\": \"index_build\", \"seconds\": $(( $(date +%s) - start ))}" | tee -a "$RESULTS"
 
-step "serve: faiss on :8101, torch on :8102"
+step "serve: faiss on :8101, torch on :8102, torch with $HTTP_WORKERS HTTP workers on :8103"
 PIDS=()
 cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2> /dev/null; done; wait 2> /dev/null; }
 trap cleanup EXIT
-$PY -m verl_search.server --index "$WORK/index" --port 8101 --log-level warning --search-backend faiss $SERVE_FLAGS \
-  > "$OUT/serve_faiss.log" 2>&1 &
-PIDS+=($!); FAISS_PID=$!
-$PY -m verl_search.server --index "$WORK/index" --port 8102 --log-level warning --search-backend torch $SERVE_FLAGS \
-  > "$OUT/serve_torch.log" 2>&1 &
-PIDS+=($!); TORCH_PID=$!
-alive() {  # alive NAME PID: fail at once, with the log's tail, if the server has exited
-  kill -0 "$2" 2> /dev/null || { tail -30 "$OUT/serve_$1.log"; fail "the $1 server (pid $2) exited"; }
+declare -A PORT=([faiss]=8101 [torch]=8102 [workers]=8103) PID=()
+declare -A FLAGS=([faiss]="--search-backend faiss" [torch]="--search-backend torch"
+                  [workers]="--search-backend torch --http-workers $HTTP_WORKERS")
+for name in faiss torch workers; do
+  $PY -m verl_search.server --index "$WORK/index" --port "${PORT[$name]}" --log-level warning ${FLAGS[$name]} $SERVE_FLAGS \
+    > "$OUT/serve_$name.log" 2>&1 &
+  PIDS+=($!); PID[$name]=$!
+done
+alive() {  # alive NAME: fail at once, with the log's tail, if the server has exited
+  kill -0 "${PID[$1]}" 2> /dev/null || { tail -30 "$OUT/serve_$1.log"; fail "the $1 server (pid ${PID[$1]}) exited"; }
 }
-helper wait http://127.0.0.1:8101 "$FAISS_PID" --timeout "$WAIT_S" || { tail -30 "$OUT/serve_faiss.log"; fail "faiss server"; }
-helper wait http://127.0.0.1:8102 "$TORCH_PID" --timeout "$WAIT_S" || { tail -30 "$OUT/serve_torch.log"; fail "torch server"; }
+for name in faiss torch workers; do
+  helper wait "http://127.0.0.1:${PORT[$name]}" "${PID[$name]}" --timeout "$WAIT_S" \
+    || { tail -30 "$OUT/serve_$name.log"; fail "$name server"; }
+done
 helper same http://127.0.0.1:8101 http://127.0.0.1:8102 --questions "$WORK/questions.json" || fail "same ids"
 grep -h "query encoder\|matches the index\|torch exact index\|float32" "$OUT"/serve_*.log | head -6
 
-step "wrk: 1 and $CLIENTS clients, servers alternating"
+step "wrk: 1 and $CLIENTS clients, servers taking turns"
 for round in $(seq 1 "$ROUNDS1"); do
   for name in $([ $((round % 2)) = 1 ] && echo "faiss torch" || echo "torch faiss"); do
-    port=$([ $name = faiss ] && echo 8101 || echo 8102); pid=$([ $name = faiss ] && echo $FAISS_PID || echo $TORCH_PID)
-    helper load http://127.0.0.1:$port --bodies "$WORK/bodies_1.jsonl" --lua "$WORK/bodies.lua" --clients 1 \
+    helper load "http://127.0.0.1:${PORT[$name]}" --bodies "$WORK/bodies_1.jsonl" --lua "$WORK/bodies.lua" --clients 1 \
       --threads 1 --seconds "$SECS1" --label "$name c1 r$round" || fail "wrk against $name"
-    alive $name $pid
+    alive $name
   done
 done
 for round in $(seq 1 "$ROUNDS256"); do
-  for name in $([ $((round % 2)) = 1 ] && echo "faiss torch" || echo "torch faiss"); do
-    port=$([ $name = faiss ] && echo 8101 || echo 8102); pid=$([ $name = faiss ] && echo $FAISS_PID || echo $TORCH_PID)
-    helper load http://127.0.0.1:$port --bodies "$WORK/bodies_1.jsonl" --lua "$WORK/bodies.lua" --clients "$CLIENTS" \
-      --threads 4 --seconds "$SECS256" --label "$name c$CLIENTS r$round" || fail "wrk against $name"
-    alive $name $pid
+  for name in $([ $((round % 2)) = 1 ] && echo "faiss torch workers" || echo "workers torch faiss"); do
+    helper load "http://127.0.0.1:${PORT[$name]}" --bodies "$WORK/bodies_1.jsonl" --lua "$WORK/bodies.lua" \
+      --clients "$CLIENTS" --threads 4 --seconds "$SECS256" --label "$name c$CLIENTS r$round" || fail "wrk against $name"
+    alive $name
     sleep "$PAUSE"
   done
 done
