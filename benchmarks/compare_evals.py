@@ -20,7 +20,8 @@ from pathlib import Path
 from verl_search.eval.baselines import by_shape, question_shape, shape_table
 from verl_search.eval.report import by_question
 from verl_search.eval.rows import SAMPLE_MARK, question_id
-from verl_search.quickstart.report import paired_bootstrap, training_answer
+from verl_search.eval.compare import paired_bootstrap
+from verl_search.quickstart.report import training_answer
 
 
 def records(folder: Path) -> dict[str, dict]:
