@@ -47,3 +47,43 @@ def test_http_workers_below_one_and_with_ray_are_refused(bm25_index):
 
     for flags in (["--http-workers", "0"], ["--http-workers", "2", "--ray"]):
         assert cli.main(["serve", "--index", str(bm25_index), *flags]) == 2
+
+
+def test_the_search_process_errors_reach_the_worker(tmp_path):
+    import threading
+    from multiprocessing.connection import Listener
+
+    from verl_search.retrieval.base import RetrieverUnavailableError
+    from verl_search.server.settings import ServerSettings
+    from verl_search.server.workers import RemoteRetriever, SearchProcess
+
+    class Unpicklable(Exception):
+        def __init__(self, message):
+            super().__init__(message)
+            self.lock = threading.Lock()  # pickle cannot carry it: a RuntimeError naming it comes instead
+
+    class Scripted:
+        kind, num_passages = "bm25", 3
+
+        def search(self, queries, topk):
+            if queries[0] == "bad":
+                raise ValueError("bad query")
+            if queries[0] == "odd":
+                raise Unpicklable("odd query")
+            return [[] for _ in queries]
+
+    search = SearchProcess(Scripted(), ServerSettings())
+    listener = Listener(str(tmp_path / "search.sock"), authkey=b"key")
+    threading.Thread(target=search.listen, args=(listener,), daemon=True).start()
+    remote = RemoteRetriever(str(tmp_path / "search.sock"), b"key", timeout=10)
+    assert (remote.kind, remote.num_passages, remote.search(["a", "b"], 2)) == ("bm25", 3, [[], []])
+    with pytest.raises(ValueError, match="bad query"):
+        remote.search(["bad"], 1)
+    with pytest.raises(RuntimeError, match="Unpicklable: odd query"):
+        remote.search(["odd"], 1)
+    assert remote.search(["c"], 1) == [[]]  # the connection still answers
+    listener.close()
+    search.close()
+    remote._conn.close()
+    with pytest.raises(RetrieverUnavailableError, match="search process has gone"):
+        remote.search(["c"], 1)

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
 import tempfile
@@ -176,7 +177,10 @@ class SearchProcess:
             except Exception as exc:  # the worker raises it again: the same error responses as one process
                 reply = (True, exc)
             try:
-                conn.send(reply)
+                try:
+                    conn.send(reply)
+                except (pickle.PicklingError, TypeError, AttributeError):  # an exception pickle cannot carry
+                    conn.send((True, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
             except (EOFError, OSError):
                 return
 
