@@ -67,6 +67,21 @@ def test_chunks_blocks_and_half_precision_keep_the_ids(dense_index, dense_retrie
         assert np.abs(half.reconstruct_n(0, 5) - dense_retriever.index.reconstruct_n(0, 5)).max() < 1e-2
 
 
+def test_rows_split_across_devices_merge_to_the_same_ids(dense_retriever, questions, monkeypatch):
+    from verl_search.retrieval import torch_exact
+
+    # three "devices", all the CPU: the split and the merge that several GPUs run, without faking CUDA
+    monkeypatch.setattr(torch_exact, "torch_devices", lambda device=None: ["cpu", "cpu", "cpu"])
+    vectors = dense_retriever.encoder.encode_queries(questions[:16])
+    split = TorchExactIndex.from_faiss(dense_retriever.index, block_elements=3000)
+    assert [(first, len(part)) for first, part, _ in split.shards] == [(0, 714), (714, 713), (1427, 713)]
+    want_scores, want_rows = dense_retriever.index.search(vectors, 20)
+    scores, rows = split.search(vectors, 20)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-5)
+    _same_up_to_ties(want_rows, want_scores, rows)
+    assert np.array_equal(split.reconstruct_n(710, 10), dense_retriever.index.reconstruct_n(710, 10))
+
+
 def test_l2_and_k_past_the_rows_answer_as_faiss():
     import faiss
 
