@@ -52,6 +52,9 @@ range, >=5.10.4,<5.18, meets verl 0.9.1's at 5.10.x)."""
 ROLLOUT_NAME = "vllm"
 """`actor_rollout_ref.rollout.name` of verl's vLLM rollout (the same name as on GPUs)."""
 EXTENSION_PATH = "verl_search.cpu.vllm_cpu.CPUWorkerExtension"
+LOAD_FOLDER_METHOD = "load_weights_from_folder"
+"""`CPUWorkerExtension`'s method that loads a model folder's weights into the running worker (called by name
+through verl's `vLLMHttpServer.collective_rpc`)."""
 KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 """vLLM's variable for the CPU KV cache, in whole GiB."""
 DEFAULT_KVCACHE_SPACE_GIB = 2
@@ -288,6 +291,36 @@ def _make_extension():
 
             receiver.receive_weights(on_bucket_received=on_bucket)
             finalize_layerwise_reload(model, self.model_runner.vllm_config.model_config)
+
+        def load_weights_from_folder(self, folder: str) -> int:
+            """Load every tensor of the Hugging Face folder `folder` (`*.safetensors`, one file at a time)
+            through the same layerwise reload as `update_weights_from_ipc`; return the tensors loaded.
+            `eval.verl_run.load_model_weights` calls it (vLLM's `collective_rpc`) to evaluate several
+            models of one architecture on one replica.
+
+            Raises:
+                FileNotFoundError: `folder` holds no `*.safetensors`.
+            """
+            from pathlib import Path
+
+            from safetensors import safe_open
+            from vllm.model_executor.model_loader.reload import (finalize_layerwise_reload,
+                                                                  initialize_layerwise_reload)
+
+            files = sorted(Path(folder).glob("*.safetensors"))
+            if not files:
+                raise FileNotFoundError(f"{folder} holds no *.safetensors file to load into vLLM")
+            model = self.model_runner.model
+            initialize_layerwise_reload(model)
+            count = 0
+            for file in files:
+                with safe_open(str(file), framework="pt", device="cpu") as tensors:
+                    weights = [(name, tensors.get_tensor(name)) for name in tensors.keys()]
+                self._update_weights(weights, peft_config=None, base_sync_done=False)
+                count += len(weights)
+            finalize_layerwise_reload(model, self.model_runner.vllm_config.model_config)
+            logger.info("vLLM worker: loaded %d tensors of %s", count, folder)
+            return count
 
     CPUWorkerExtension.__module__ = __name__
     CPUWorkerExtension.__qualname__ = "CPUWorkerExtension"

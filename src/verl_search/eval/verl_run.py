@@ -111,6 +111,59 @@ def start_vllm_client(config):
     return manager, manager.get_client()
 
 
+#: `config.json` keys two model folders must share for one's weights to load into a replica serving the other
+LAYOUT_KEYS = ("architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
+               "rope_theta", "rope_scaling", "max_position_embeddings", "rms_norm_eps")
+#: `generation_config.json` keys vLLM takes its default sampling settings and stop tokens from
+GENERATION_KEYS = ("eos_token_id", "bos_token_id", "repetition_penalty", "temperature", "top_k", "top_p", "min_p")
+
+
+def weights_layout_differences(serving: str | Path, other: str | Path) -> list[str]:
+    """Why the Hugging Face folder `other` cannot be evaluated on a vLLM replica started with `serving`, by
+    loading its weights into it (`load_model_weights`): the `LAYOUT_KEYS` of `config.json` and the
+    `GENERATION_KEYS` of `generation_config.json` that differ, and whether the tokenizers differ (vocabulary,
+    special tokens, chat template). Empty when none does."""
+    from transformers import AutoTokenizer
+
+    def read(folder, name):
+        path = Path(folder) / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    out = []
+    for name, keys in (("config.json", LAYOUT_KEYS), ("generation_config.json", GENERATION_KEYS)):
+        a, b = read(serving, name), read(other, name)
+        out += [f"{name} {key}: {a.get(key)!r} vs {b.get(key)!r}" for key in keys if a.get(key) != b.get(key)]
+    tokenizers = [AutoTokenizer.from_pretrained(str(folder)) for folder in (serving, other)]
+    for what in ("get_vocab", "all_special_ids", "chat_template"):
+        values = [getattr(t, what) for t in tokenizers]
+        values = [v() if callable(v) else v for v in values]
+        if values[0] != values[1]:
+            out.append(f"tokenizer {what.removeprefix('get_')} differs")
+    return out
+
+
+def load_model_weights(manager, folder: str | Path) -> None:
+    """Load every weight of the Hugging Face folder `folder` (its `*.safetensors`) into each server of
+    `manager`'s replicas, the way they receive the trainer's weights (`cpu.vllm_cpu.CPUWorkerExtension.
+    load_weights_from_folder`: vLLM's layerwise reload), then clear their prefix cache (verl's
+    `clear_kv_cache`, as after a weight sync), so no cached prompt keeps the old model's keys and values.
+
+    Args:
+        manager: the `LLMServerManager` `start_vllm_client` returned (CPU vLLM replicas).
+        folder: a model of the same architecture and tokenizer as the one the replicas serve
+            (`weights_layout_differences` empty).
+    """
+    import ray
+
+    from verl_search.cpu.vllm_cpu import LOAD_FOLDER_METHOD
+
+    servers = [server for replica in manager.get_replicas() for server in replica.servers]
+    ray.get([server.collective_rpc.remote(LOAD_FOLDER_METHOD, args=(str(folder),)) for server in servers])
+    ray.get([server.clear_kv_cache.remote() for server in servers])
+    logger.info("loaded %s into %d vLLM server(s)", folder, len(servers))
+
+
 @contextlib.contextmanager
 def retrieval_service(options: EvalOptions):
     """Yield the `/retrieve` URL: `options.retrieval_url`, or that of a server on `options.index` for the
