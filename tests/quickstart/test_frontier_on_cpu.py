@@ -74,13 +74,23 @@ def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):
 
     names = lambda **kw: [s.name for s in Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers",  # noqa: E731
                                                                        **kw)).stages()]
-    assert names() == ["index", "data", "eval_untrained", "cold_start", "eval_cold_start", "grpo", "eval_grpo"]
-    assert names(frontier_questions=40) == ["index", "data", "eval_untrained", "cold_start", "eval_cold_start",
-                                            "frontier", "probe_cold_start", "grpo", "eval_grpo", "probe_grpo"]
-    stages = {s.name: s for s in Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers",
-                                                              frontier_questions=40)).stages()}
+    assert names() == ["index", "data", "cold_start", "grpo", "evaluate"]
+    assert names(frontier_questions=40) == ["index", "data", "cold_start", "frontier", "grpo", "evaluate"]
+    run = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_questions=40))
+    stages = {s.name: s for s in run.stages()}
     assert "frontier" in stages["grpo"].needs and "frontier_questions" in stages["frontier"].keys
     assert "reward" in stages["frontier"].keys  # the reward decides which questions are at the frontier
+    # one stage evaluates every model on the held-out questions and probes the start and GRPO models, by model
+    assert set(stages["evaluate"].needs) == {"index", "data", "cold_start", "grpo", "frontier"}
+    evaluations = run.evaluations()
+    assert [name for name, _ in evaluations] == ["untrained", "cold_start", "probe_cold_start", "grpo", "probe_grpo"]
+    by_name = dict(evaluations)
+    assert by_name["probe_grpo"].model == by_name["grpo"].model == str(tmp_path / "grpo" / "hf")
+    assert (by_name["probe_grpo"].samples, by_name["grpo"].samples) == (8, 1)
+    assert by_name["probe_cold_start"].data == [str(tmp_path / "data" / "frontier.parquet")]
+    without_sft = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_questions=40,
+                                               sft_examples=0))
+    assert [name for name, _ in without_sft.evaluations()] == ["untrained", "probe_cold_start", "grpo", "probe_grpo"]
     quickstart = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_samples=6))
     options = quickstart.sampled("m", tmp_path / "frontier.parquet", "probe_grpo")
     assert (options.samples, options.temperature, options.out) == (6, 1.0, str(tmp_path / "eval" / "probe_grpo"))
@@ -132,8 +142,9 @@ def test_control_is_the_same_grpo_run_on_permuted_scores_in_one_command(tmp_path
     stages = {s.name: s for s in Quickstart(options).stages()}
     (tmp_path / "cold_start").mkdir()
     (tmp_path / "cold_start" / "hf").symlink_to(tiny_qwen)  # both runs start from the cold-start model
-    assert list(stages)[-6:] == ["grpo", "eval_grpo", "probe_grpo", "grpo_control", "eval_grpo_control",
-                                 "probe_grpo_control"]
+    assert list(stages)[-3:] == ["grpo", "grpo_control", "evaluate"]
+    assert [name for name, _ in Quickstart(options).evaluations()][-4:] == ["grpo", "probe_grpo", "grpo_control",
+                                                                            "probe_grpo_control"]
     assert stages["grpo_control"].needs == stages["grpo"].needs
     assert set(stages["grpo_control"].keys) == {*stages["grpo"].keys, "control"}
     calls = {}

@@ -36,7 +36,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 2400  # seconds; about 10 minutes on 2 shared cores (SFT ~1.5 min, GRPO ~5 min)
-STAGES = ["index", "data", "eval_untrained", "cold_start", "eval_cold_start", "grpo", "eval_grpo"]
+STAGES = ["index", "data", "cold_start", "grpo", "evaluate"]
 RUN_ENV = "VERL_SEARCH_TEST_QUICKSTART_RUN"
 MAIN_JOB = REPO / "runs" / "quickstart"
 """Where README's main job (`verl-search quickstart --out runs/quickstart`) writes, in the checkout."""

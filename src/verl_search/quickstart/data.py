@@ -58,3 +58,53 @@ def write_split(train_file: Path, test_file: Path, test_questions: int | None, s
 
     write_parquet(split_rows("train", seed=seed, protocol=protocol), train_file)
     write_parquet(split_rows("test", test_questions, seed, protocol), test_file)
+
+
+GRPO_QUESTIONS_PER_STEP = 16
+"""Questions offered to GRPO per step and per question it trains on (`write_grpo_questions`: 2 steps of 2
+questions draw from 64), room for DAPO's dynamic sampling to replace the groups it filters out."""
+
+
+def write_grpo_questions(train_file: Path, index: Path, model: str, exclude: Path, out_file: Path, limit: int,
+                         settings) -> dict:
+    """Write to `out_file` up to `limit` training questions of `train_file` (verl rows) whose gold answer is
+    visible in the observation of the cold start's search, exactly as the agent loop renders it
+    (`training.cold_start.visible_rows`, same tokenizer, top-k and cut), leaving out the questions the cold start
+    trained on (`exclude`: its `cold_start.json`); return `visible_rows`' counts with `"excluded"`.
+
+    These are the questions the cold-started model can answer from what it reads, and does not know by heart:
+    on the kept runs' unfiltered GRPO groups 4 of 15 groups whose gold was visible carried a reward
+    difference against 6 of 65 whose gold was not, so GRPO's dynamic sampling draws fewer groups for each
+    one it trains on (docs/quickstart.md).
+
+    Args:
+        settings: the cold start's `training.cold_start.ColdStartOptions` (protocol limits, top-k, seed).
+
+    Raises:
+        ValueError: no training question qualifies.
+    """
+    import json
+
+    from transformers import AutoTokenizer
+
+    from verl_search.datasets.preprocess import write_parquet
+    from verl_search.llm.models import end_of_sequence_ids
+    from verl_search.retrieval.loader import resolve_index
+    from verl_search.training.cold_start import prompt_builder, read_rows, visible_rows
+
+    trained = set(json.loads(Path(exclude).read_text())["questions"]) if Path(exclude).is_file() else set()
+    rows = [row for row in read_rows(train_file) if row["extra_info"]["question"] not in trained]
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    chosen, counts = visible_rows(
+        rows, resolve_index(index).load(), tokenizer, prompt_builder(model, tokenizer), topk=settings.topk,
+        limit=limit, seed=settings.seed + 1, max_turns=settings.max_turns, max_obs_tokens=settings.max_obs_tokens,
+        response_length=settings.response_length, protocol=settings.protocol,
+        end_ids=end_of_sequence_ids(tokenizer, model))
+    if not chosen:
+        raise ValueError(f"no training question of {train_file} has its gold answer visible in its "
+                         f"{settings.max_obs_tokens}-token observation; raise --max-obs-tokens")
+    write_parquet([row for row, _ in chosen], out_file)
+    counts["excluded"] = len(trained)
+    logger.info("GRPO's questions: %d whose gold is visible in the observation (%d examined, %d cold-start "
+                "questions left out)", counts["visible"], counts["candidates"], len(trained))
+    return counts

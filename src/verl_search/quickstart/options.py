@@ -70,7 +70,7 @@ class QuickstartOptions:
             `transformers`.
         recipe: the GRPO recipe YAML users run on GPUs, overridden to CPU size
             (`grpo.grpo_overrides`); `None`: the shipped Search-R1 GRPO recipe (`grpo.shipped_recipe`).
-        export: a folder to copy the report and the files behind it into (`pipeline.export_run`).
+        export: a folder to copy the report and the files behind it into (`quickstart.export.export_run`).
         keep_checkpoints: keep the cold start's and GRPO's trainer checkpoints (with optimizer state: about
             2 GB and 1.6 GB for SmolLM2-135M) once their stage is done; by default they are removed then, since
             later stages and reruns read the merged `hf/` folders and only an interrupted stage resumes

@@ -4,17 +4,16 @@
 | --- | --- | --- |
 | `index` | `index/` (BM25 over the mini corpus) | |
 | `data` | `data/train.parquet`, `data/test.parquet` (`mini-wiki:train`, `--test-questions` of `mini-wiki:test`) | |
-| `eval_untrained` | `eval/untrained/` (`verl-search eval`'s folder: `trajectories.jsonl`, `report.*`) | index, data |
 | `cold_start` | `cold_start/` (trajectories parquet, verl SFT log, metrics, checkpoint, `hf/`) | index, data |
-| `eval_cold_start` | `eval/cold_start/` | cold_start |
 | `frontier` | `data/frontier.parquet`, `eval/frontier/` (`--frontier-questions` only) | cold_start |
-| `probe_cold_start` | `eval/probe_cold_start/` (the start model on the frontier, fresh samples) | frontier |
 | `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start, frontier |
-| `eval_grpo` | `eval/grpo/` | grpo |
-| `probe_grpo` | `eval/probe_grpo/` (the GRPO model on the frontier) | grpo, frontier |
 | `grpo_control` | `grpo_control/`: GRPO on scores shuffled within each step (`--control` only) | as grpo |
-| `eval_grpo_control`, `probe_grpo_control` | `eval/grpo_control/`, `eval/probe_grpo_control/` | grpo_control |
+| `evaluate` | `eval/NAME/` (`verl-search eval`'s folder: `trajectories.jsonl`, `report.*`) for `untrained`, `cold_start`, `grpo`, `grpo_control`; with `--frontier-questions` also `eval/probe_NAME/` (the start model and each GRPO model sampled again on the frontier); `eval/seconds.json` | every stage above |
 | `report` | `report.md`, `report.json`, `curves.png` | every evaluation |
+
+The `evaluate` stage runs every evaluation in one child process on one start of the rollout engine
+(`eval.harness.run_evals`: on verl's vLLM rollout each later model's weights are loaded into the running
+replica), so the engine's start-up (about a minute on 2 cores) is paid once, not once per model.
 
 Memory: each stage runs in a child process of its own (or launches one), so the command's own process
 stays small while verl's trainer and vLLM run (GRPO's own settings: `quickstart.grpo`).
@@ -207,50 +206,62 @@ class Quickstart:
         return Path(self.options.recipe).resolve() if self.options.recipe else shipped_recipe()
 
     def stages(self) -> list[Stage]:
-        """The stages this run's options ask for, in order."""
+        """The stages this run's options ask for, in order: the trainings first, then one `evaluate` stage that
+        evaluates every model (and probes it on the frontier) on one start of the rollout engine."""
         o = self.options
         protocol = (*PROTOCOL_KEYS, "batch_size", "engine")
-        stages = [
-            Stage("index", (), (), self.build_index),
-            Stage("data", ("test_questions", "seed", "protocol"), (), self.write_data),
-            Stage("eval_untrained", ("model", *protocol), ("index", "data"), lambda: self.evaluate("untrained", o.model)),
-        ]
+        stages = [Stage("index", (), (), self.build_index), Stage("data", ("test_questions", "seed", "protocol"), (),
+                                                                   self.write_data)]
+        trained = []  # the stages whose models the evaluate stage reads
         if o.sft_examples:
-            stages += [
-                Stage("cold_start", ("model", "sft_examples", "sft_epochs", "sft_batch_size", "sft_lr", "seed",
-                                     *PROTOCOL_KEYS), ("index", "data"), self.cold_start,
-                      self.out / "cold_start" / "ckpt"),
-                Stage("eval_cold_start", protocol, ("cold_start", "data"),
-                      lambda: self.evaluate("cold_start", self.out / "cold_start" / "hf")),
-            ]
-        frontier = ("frontier",) if o.frontier_questions else ()
-        probe = ("frontier_samples", *protocol)
-        if o.grpo_steps and o.frontier_questions:
-            stages += [
-                Stage("frontier", ("model", "sft_examples", "frontier_questions", "frontier_samples", "prompts_per_step",
-                                   "reward", "seed", *protocol), ("index", "data", "cold_start"), self.frontier),
-                Stage("probe_cold_start", probe, ("frontier",), lambda: self.probe("cold_start", self.start_model())),
-            ]
+            stages += [Stage("cold_start", ("model", "sft_examples", "sft_epochs", "sft_batch_size", "sft_lr", "seed",
+                                            *PROTOCOL_KEYS), ("index", "data"), self.cold_start,
+                             self.out / "cold_start" / "ckpt")]
+            trained.append("cold_start")
+        frontier = ("frontier",) if o.grpo_steps and o.frontier_questions else ()
+        if frontier:
+            stages += [Stage("frontier", ("model", "sft_examples", "frontier_questions", "frontier_samples",
+                                          "prompts_per_step", "reward", "seed", *protocol), ("index", "data", *trained),
+                             self.frontier)]
         grpo = ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine", "reward",
-                "filter_groups", "max_gen_batches", "permuted_reward", "balance_positions", "seed", *PROTOCOL_KEYS)
+                "filter_groups", "filter_metric", "max_gen_batches", "permuted_reward", "balance_positions", "seed",
+                *PROTOCOL_KEYS)
         if o.grpo_steps:
-            stages += [
-                Stage("grpo", grpo, ("index", "data", "cold_start", *frontier), self.grpo, self.out / "grpo" / "ckpt"),
-                Stage("eval_grpo", protocol, ("grpo", "data"), lambda: self.evaluate("grpo", self.out / "grpo" / "hf")),
-            ]
-        if o.grpo_steps and o.frontier_questions:
-            stages += [Stage("probe_grpo", probe, ("grpo", "frontier"),
-                             lambda: self.probe("grpo", self.out / "grpo" / "hf"))]
+            stages += [Stage("grpo", grpo, ("index", "data", *trained, *frontier), self.grpo,
+                             self.out / "grpo" / "ckpt")]
+            trained.append("grpo")
         if o.control:
-            control = self.out / CONTROL / "hf"
-            stages += [
-                Stage(CONTROL, (*grpo, "control"), ("index", "data", "cold_start", *frontier),
-                      lambda: self.grpo(CONTROL, permuted_reward=True), self.out / CONTROL / "ckpt"),
-                Stage(f"eval_{CONTROL}", protocol, (CONTROL, "data"), lambda: self.evaluate(CONTROL, control)),
-            ]
-            if o.frontier_questions:
-                stages += [Stage(f"probe_{CONTROL}", probe, (CONTROL, "frontier"), lambda: self.probe(CONTROL, control))]
+            stages += [Stage(CONTROL, (*grpo, "control"), ("index", "data", *trained[:-1], *frontier),
+                             lambda: self.grpo(CONTROL, permuted_reward=True), self.out / CONTROL / "ckpt")]
+            trained.append(CONTROL)
+        probes = ("frontier_samples",) if frontier else ()
+        stages += [Stage("evaluate", ("model", *protocol, *probes), ("index", "data", *trained, *frontier),
+                         self.evaluate)]
         return stages
+
+    def evaluations(self) -> list[tuple[str, object]]:
+        """`(name, EvalOptions)` of every evaluation of the `evaluate` stage, grouped by model: each model on
+        the held-out questions into `eval/NAME` (`untrained`, `cold_start`, `grpo`, the control) and, with
+        `--frontier-questions`, GRPO's start model and each GRPO model sampled again on the frontier questions
+        (the probe set) into `eval/probe_NAME` (the start model's as `probe_cold_start`)."""
+        o = self.options
+        models = [("untrained", o.model)]
+        if o.sft_examples:
+            models.append(("cold_start", self.out / "cold_start" / "hf"))
+        if o.grpo_steps:
+            models.append(("grpo", self.out / "grpo" / "hf"))
+        if o.control:
+            models.append((CONTROL, self.out / CONTROL / "hf"))
+        probes = {}
+        if o.grpo_steps and o.frontier_questions:
+            probes = {"cold_start" if o.sft_examples else "untrained": "cold_start", "grpo": "grpo", CONTROL: CONTROL}
+        out = []
+        for name, model in models:
+            out.append((name, for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name)))
+            if name in probes:
+                probe = f"probe_{probes[name]}"
+                out.append((probe, self.sampled(model, self.frontier_file, probe)))
+        return out
 
     def build_index(self) -> None:
         from verl_search.quickstart.data import corpus_path
@@ -270,19 +281,44 @@ class Quickstart:
 
         return in_child(model_folder, self.options.model)
 
-    def evaluate(self, name: str, model) -> None:
-        from verl_search.eval.harness import run_eval
+    def evaluate(self) -> None:
+        """Every evaluation (`evaluations`) in one child process, on one start of the rollout engine
+        (`eval.harness.run_evals`); each one's load and rollout seconds go to `eval/seconds.json`."""
+        from verl_search.eval.harness import run_evals
 
-        in_child(run_eval, for_model(self.protocol, str(model), self.test_file, self.out / "eval" / name))
+        names, evaluations = zip(*self.evaluations())
+        summaries = in_child(run_evals, list(evaluations))
+        seconds = {name: summary.get("seconds") for name, summary in zip(names, summaries)}
+        (self.out / "eval" / "seconds.json").write_text(json.dumps(seconds, indent=1))
 
-    def cold_start(self) -> None:
-        from verl_search.training.cold_start import ColdStartOptions, run_cold_start
+    def cold_start_options(self):
+        """The cold start's `ColdStartOptions` from this run's flags."""
+        from verl_search.training.cold_start import ColdStartOptions
 
         o = self.options
-        settings = ColdStartOptions(examples=o.sft_examples, epochs=o.sft_epochs, batch_size=o.sft_batch_size, lr=o.sft_lr,
-                                    protocol=o.protocol, topk=o.topk, max_turns=o.max_turns,
-                                    max_obs_tokens=o.max_obs_tokens, response_length=response_length(o), seed=o.seed)
-        in_child(run_cold_start, self.base_model(), self.index, self.train_file, self.out / "cold_start", settings)
+        return ColdStartOptions(examples=o.sft_examples, epochs=o.sft_epochs, batch_size=o.sft_batch_size, lr=o.sft_lr,
+                                protocol=o.protocol, topk=o.topk, max_turns=o.max_turns,
+                                max_obs_tokens=o.max_obs_tokens, response_length=response_length(o), seed=o.seed)
+
+    def cold_start(self) -> None:
+        from verl_search.training.cold_start import run_cold_start
+
+        in_child(run_cold_start, self.base_model(), self.index, self.train_file, self.out / "cold_start",
+                 self.cold_start_options())
+
+    def grpo_questions(self) -> Path:
+        """GRPO's training questions without `--frontier-questions`: those whose gold is visible in the
+        observation, the cold start's own left out (`data.write_grpo_questions`, `data/grpo_questions.parquet`,
+        `GRPO_QUESTIONS_PER_STEP` per step and question trained)."""
+        from verl_search.quickstart.data import GRPO_QUESTIONS_PER_STEP, write_grpo_questions
+
+        o = self.options
+        target = self.out / "data" / "grpo_questions.parquet"
+        counts = in_child(write_grpo_questions, self.train_file, self.index, self.start_model(),
+                          self.out / "cold_start" / "cold_start.json", target,
+                          GRPO_QUESTIONS_PER_STEP * o.grpo_steps * o.prompts_per_step, self.cold_start_options())
+        (self.out / "data" / "grpo_questions.json").write_text(json.dumps(counts, indent=1))
+        return target
 
     def start_model(self) -> str:
         """GRPO's start: the cold-start model, or `--model` without a cold start."""
@@ -310,12 +346,6 @@ class Quickstart:
                            o.prompts_per_step, trained_measure(o.reward, o.protocol))
         logger.info("frontier: %s", summary)
 
-    def probe(self, name: str, model) -> None:
-        """`model` sampled again on the frontier questions (the probe set) into `eval/probe_NAME`."""
-        from verl_search.eval.harness import run_eval
-
-        in_child(run_eval, self.sampled(model, self.frontier_file, f"probe_{name}"))
-
     def grpo(self, name: str = "grpo", permuted_reward: bool | None = None) -> None:
         """GRPO from the start model into `out/NAME`; `permuted_reward` (default: `--permuted-reward`) trains on
         scores shuffled within each step (the control)."""
@@ -325,7 +355,7 @@ class Quickstart:
         start = self.start_model()
         out = self.out / name
         out.mkdir(parents=True, exist_ok=True)
-        train_file = self.frontier_file if o.frontier_questions else self.train_file
+        train_file = self.frontier_file if o.frontier_questions else self.grpo_questions()
         if o.balance_positions:  # pandas in a child: the driver stays light
             from verl_search.quickstart.frontier import balance_gold_positions
 
@@ -336,6 +366,7 @@ class Quickstart:
                                    out=out, steps=o.grpo_steps, prompts_per_step=o.prompts_per_step,
                                    group_size=o.group_size, lr=o.grpo_lr, kl=False, reward=o.reward,
                                    max_gen_batches=o.max_gen_batches if o.filter_groups else None,
+                                   filter_metric=o.filter_metric,
                                    permuted_reward=o.permuted_reward if permuted_reward is None else permuted_reward,
                                    seed=o.seed)
         run_grpo(self.recipe, self.index, overrides, out, o.grpo_steps)
@@ -347,6 +378,9 @@ class Quickstart:
         from verl_search.quickstart.report import load_probes, load_records, training_answer, write_report
 
         records = load_records(self.out)
+        seconds = self.out / "eval" / "seconds.json"
+        if "evaluate" in timings and seconds.is_file():  # each evaluation's load and rollout seconds
+            timings = {**timings, "evaluate": {**timings["evaluate"], "models": json.loads(seconds.read_text())}}
         steps = logged_steps(self.out / "grpo" / "metrics.jsonl")
         trained = self.out / "grpo" / "hf"
         count_tokens = tokenizer_counter(trained) if (trained / "tokenizer_config.json").is_file() else None
@@ -357,40 +391,6 @@ class Quickstart:
                             read_rollouts(self.out / "grpo" / "rollouts"), count_tokens,
                             training_answer(self.train_file),
                             load_probes(self.out))
-
-
-#: what `export_run` keeps of a run folder: the report, every log and metrics file, the cold-start
-#: summary and trajectories, each evaluation's trajectories and report, the stage records
-KEPT = ("report.md", "report.json", "curves.png", "stages/*.json", "data/*.parquet", "cold_start/cold_start.json",
-        "cold_start/trajectories.parquet", "cold_start/sft.log", "cold_start/metrics.jsonl", "grpo/train.log",
-        "grpo/metrics.jsonl", "grpo/agent_loops.yaml", f"{CONTROL}/train.log", f"{CONTROL}/metrics.jsonl",
-        "eval/*/trajectories.jsonl", "eval/*/report.*")
-#: files above this size are gzip-compressed in the export (`NAME.gz`)
-COMPRESS_ABOVE = 1_000_000
-
-
-def export_run(out: Path, dest: Path) -> list[Path]:
-    """Copy the files of run folder `out` that back its report (`KEPT`, plus every GRPO step's
-    rollouts, the control's too, about 26 KB per step of 4 x 4, which the report's per-step signal table reads) into
-    `dest`, without the index, checkpoints or models; return the files written. Files over
-    `COMPRESS_ABOVE` bytes are gzip-compressed."""
-    import gzip
-    import shutil
-
-    rollouts = {p for run in ("grpo", CONTROL) for p in (out / run / "rollouts").glob("*.jsonl")}
-    sources = sorted({p for pattern in KEPT for p in out.glob(pattern) if p.is_file()} | rollouts)
-    written = []
-    for source in sources:
-        target = dest / source.relative_to(out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.stat().st_size > COMPRESS_ABOVE:
-            target = target.with_name(target.name + ".gz")
-            with open(source, "rb") as src, gzip.open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        else:
-            shutil.copyfile(source, target)
-        written.append(target)
-    return written
 
 
 def run_quickstart(options: QuickstartOptions) -> dict:
@@ -411,6 +411,8 @@ def run_quickstart(options: QuickstartOptions) -> dict:
     report = run.report(timings)
     logger.info("report written to %s", run.out / "report.md")
     if options.export:
+        from verl_search.quickstart.export import export_run
+
         files = export_run(run.out, Path(options.export))
         logger.info("exported %d files to %s", len(files), options.export)
     return report
