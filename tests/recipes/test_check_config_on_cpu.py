@@ -39,6 +39,7 @@ def stand_ins(tiny_qwen, data_file):
 def test_shipped_recipes_exist():
     assert {r.parent.name for r in RECIPES} == {"grpo_qwen2.5-3b-instruct_tool", "ppo_qwen2.5-3b-base_search_r1",
                                                  "grpo_qwen2.5-3b-base_search_r1",
+                                                 "grpo_qwen2.5-3b-base_search_r1_async",
                                                  "ppo_qwen2.5-3b-base_search_r1_megatron",
                                                  "grpo_qwen2.5-7b-instruct_research", "grpo_qwen3-4b-instruct_tool"}
 
