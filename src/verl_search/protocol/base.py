@@ -30,12 +30,15 @@ class Protocol:
         format_check: `response -> (ok, reason)`: the protocol's format rules on a decoded response.
         extract_answer: `response -> answer | None`: the model's final answer (retrieved text never counts).
         parse_action: `model turn -> Action` (`search`, `answer` or `invalid`); None when verl's own
-            tool parser reads the turn (tool-call protocol).
+            tool parser reads the turn (tool-call protocol) or the loop reads no action (the baselines).
         stop: generation stops at the first of these (empty: the engine's EOS only).
         observation_prefix, observation_suffix: the frame the environment writes around retrieved text.
         default_topk: passages per search when nothing else says.
         uses_tools: rows carry verl `tools_kwargs` for `ToolAgentLoop` (`need_tools_kwargs`).
         source: the paper or upstream file the protocol follows.
+        search_cap_key: the key of its agent loop's YAML entry that caps the searches (what eval's `--max-turns`
+            sets; None: the loop has no such cap, or verl's own `tool_agent` takes it elsewhere).
+        retrieves: its agent loop calls the retrieval service (False: the direct and chain-of-thought baselines).
     """
 
     name: str
@@ -51,3 +54,5 @@ class Protocol:
     default_topk: int = 3
     uses_tools: bool = False
     source: str = ""
+    search_cap_key: str | None = None
+    retrieves: bool = True

@@ -9,16 +9,18 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 from verl_search.protocol.base import Protocol
+from verl_search.protocol.baselines import COT, DIRECT, RAG
+from verl_search.protocol.ircot import IRCOT
 from verl_search.protocol.research import RESEARCH
 from verl_search.protocol.search_r1 import SEARCH_R1
 from verl_search.protocol.tool import TOOL
 
-#: every protocol, by `--protocol` name
-PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SEARCH_R1, TOOL, RESEARCH)}
+#: every protocol, by `--protocol` name: the three search protocols, then the baselines (docs/eval.md, Baselines)
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SEARCH_R1, TOOL, RESEARCH, DIRECT, COT, RAG, IRCOT)}
 #: the names, for argument choices
 PROTOCOL_NAMES = tuple(PROTOCOLS)
 #: the names as a type, for the options dataclasses (`--protocol`)
-ProtocolName = Literal["search_r1", "tool", "research"]
+ProtocolName = Literal["search_r1", "tool", "research", "direct", "cot", "rag", "ircot"]
 if get_args(ProtocolName) != PROTOCOL_NAMES:  # pragma: no cover - a registry edit missed the type
     raise ImportError(f"ProtocolName {get_args(ProtocolName)} must list PROTOCOLS {PROTOCOL_NAMES}")
 

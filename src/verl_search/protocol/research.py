@@ -240,4 +240,5 @@ RESEARCH = Protocol(
     observation_suffix=RESULT_SUFFIX,
     default_topk=TOPK,
     source="Agent-RL/ReSearch branch re-search: template.py, vllm_rollout.py, re_search.py",
+    search_cap_key="max_searches",
 )

@@ -78,4 +78,5 @@ SEARCH_R1 = Protocol(
     observation_suffix=OBSERVATION_SUFFIX,
     default_topk=DEFAULT_TOPK,
     source="Search-R1 search_r1/llm_agent/generation.py, scripts/data_process/nq_search.py",
+    search_cap_key="max_turns",
 )
