@@ -54,7 +54,7 @@ def evaluated(tmp_path_factory, tiny_qwen, bm25_server):
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     llm = ScriptedLLM(tokenizer, script)
     options = EvalOptions(data=[str(tmp / "rows.parquet")], out=str(tmp / "run"), batch_size=8,
-                          retrieval_url=f"{bm25_server.url}/retrieve")
+                          retrieval_url=f"{bm25_server.url}/retrieve", max_turns=ircot.MAX_STEPS)  # IRCoT's cap
     summary = run_eval(options, engine=(llm, tokenizer, str(tiny_qwen)))
     records = {r["id"]: r for r in map(json.loads, (tmp / "run" / "trajectories.jsonl").read_text().splitlines())}
     return llm, summary, records
@@ -122,7 +122,7 @@ def test_ircot_searches_each_thought_and_shows_its_passages_in_the_next_prompt(e
 def test_ircot_stops_after_max_retrievals_with_an_answer_step(evaluated):
     llm, summary, records = evaluated
     calls = calls_of(llm, "ircot", NOLAN)
-    assert len(calls) == 1 + ircot.MAX_STEPS  # the shipped YAML's max_retrievals, the first step generated twice
+    assert len(calls) == 1 + ircot.MAX_STEPS  # --max-turns as max_retrievals, the first step generated twice
     assert calls[-1][2]["stop"] == ["</answer>"] and all(c[2]["stop"][0] == "." for c in calls[:-1])
     assert calls[1][1].endswith("\n")  # the blank start kept, the thought generated on after it
     assert "Sathish Kalathil made film number 4." in calls[-1][1]  # every earlier thought precedes the last step

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from verl_search.cpu.vllm_cpu import ROLLOUT_NAME, cpu_rollout_overrides
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.records import trajectory_record
-from verl_search.protocol.registry import RESEARCH, SEARCH_R1, get_protocol
+from verl_search.protocol.registry import PROTOCOLS, get_protocol
 from verl_search.verl_config.compose import merge_overrides
 from verl_search.verl_config.shipped import config_path
 
@@ -49,8 +49,10 @@ def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrie
     client = {"retrieval_service_url": retrieval_url, "topk": options.topk or get_protocol(options.protocol).default_topk}
     tool_yaml = _shipped_yaml("tool", client, out / "search_tool_config.yaml")
     limits = {"max_tokens_per_turn": options.max_tokens_per_turn, "max_obs_tokens": options.max_obs_tokens}
-    loop_yaml = _shipped_yaml("agent-loop", {**client, **limits}, out / "agent_loops.yaml", per_entry={
-        SEARCH_R1.agent_name: {"max_turns": options.max_turns}, RESEARCH.agent_name: {"max_searches": options.max_turns}})
+    # each loop's own name for its search cap (`Protocol.search_cap_key`: Search-R1 max_turns, ReSearch
+    # max_searches, IRCoT max_retrievals) takes --max-turns
+    caps = {p.agent_name: {p.search_cap_key: options.max_turns} for p in PROTOCOLS.values() if p.search_cap_key}
+    loop_yaml = _shipped_yaml("agent-loop", {**client, **limits}, out / "agent_loops.yaml", per_entry=caps)
     rollout = "actor_rollout_ref.rollout"
     return [
         # the tokenizer and chat template verl's dataset and agent loops load
