@@ -282,3 +282,25 @@ def test_a_source_short_of_its_share_is_named(caplog):
     assert counts == {"2wiki": 50, "hotpotqa": 40, "musique": 40}
     named = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(named) == 2 and "40 hotpotqa questions" in named[0] and "40 musique questions" in named[1], named
+
+
+def test_grpo_agent_loop_yaml_sets_every_shipped_loops_limits(tmp_path):
+    """GRPO's copy of the shipped agent-loop YAML: every entry (the baselines' too) gets the run's top-k and token
+    limits, each loop with a search cap gets `--max-turns` under its own key, and the URL stays `$VERL_SEARCH_URL`."""
+    import yaml
+
+    from verl_search.protocol.registry import PROTOCOLS
+    from verl_search.quickstart.grpo import URL_INTERPOLATION, agent_loop_yaml
+    from verl_search.quickstart.options import protocol_options
+    from verl_search.verl_config.shipped import config_path
+
+    protocol = protocol_options(QuickstartOptions(out=str(tmp_path), max_turns=3, topk=4), tmp_path / "index")
+    path = agent_loop_yaml(protocol, tmp_path / "agent_loops.yaml")
+    entries = {e["name"]: e for e in yaml.safe_load(path.read_text())}
+    assert set(entries) == {e["name"] for e in yaml.safe_load(open(config_path("agent-loop")))}
+    caps = {p.agent_name: p.search_cap_key for p in PROTOCOLS.values() if p.search_cap_key}
+    assert {"search_r1_agent", "research_agent"} <= set(caps)
+    for name, entry in entries.items():
+        assert (entry["topk"], entry["max_obs_tokens"]) == (4, protocol.max_obs_tokens)
+        assert name not in caps or entry[caps[name]] == 3
+        assert entry["retrieval_service_url"] == URL_INTERPOLATION
