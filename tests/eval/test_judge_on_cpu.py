@@ -137,10 +137,10 @@ def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
     verdict or a counted failure, verdicts are cached, json mode is accepted), not its verdicts."""
     import subprocess
     import sys
-    import time
 
     import httpx
 
+    from tests.waiting import wait_until
     from verl_search.eval.judge import judge_records
     from verl_search.llm.models import model_folder
     from verl_search.server.local import free_port
@@ -155,14 +155,9 @@ def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
     log = open(tmp_path / "vllm.log", "wb")
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert server.poll() is None, (tmp_path / "vllm.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(1)
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200, 300,
+                   "vLLM's OpenAI server to list its model", interval=1.0, ignore=(httpx.TransportError,),
+                   watch={"vLLM's server": server}, details=lambda: (tmp_path / "vllm.log").read_text()[-3000:])
         records = [{"question": q, "golden_answers": [a], "prediction": a} for q, a in list(GOLD.items())[:3]]
         counts = judge_records(records, f"http://127.0.0.1:{port}/v1", "smollm2", tmp_path / "cache.jsonl")
         assert counts["called"] == 3 and counts["failed"] == sum(r["judge"] is None for r in records)

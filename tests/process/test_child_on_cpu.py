@@ -5,11 +5,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.conftest import REPO
+from tests.waiting import wait_until
 from verl_search.process.child import in_child
 
 from tests.process import child_targets
@@ -43,6 +43,15 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _pid_in(pid_file) -> int | None:
+    """The pid `child_targets.sleeps` wrote, once the file holds it whole."""
+    try:
+        text = pid_file.read_text()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.strip().isdigit() else None
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
 def test_a_killed_parent_takes_its_child_along(tmp_path):
     pid_file = tmp_path / "child.pid"
@@ -51,13 +60,8 @@ def test_a_killed_parent_takes_its_child_along(tmp_path):
     # its stderr to a file: the killed parent's multiprocessing resource tracker reports the queues it left
     with open(tmp_path / "parent.log", "w") as log:
         parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stderr=log)
-    deadline = time.monotonic() + 60
-    while not pid_file.is_file() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    child = int(pid_file.read_text())
+    child = wait_until(lambda: _pid_in(pid_file), 60, "the child to write its pid", watch={"the parent": parent},
+                       details=lambda: (tmp_path / "parent.log").read_text()[-2000:])
     parent.send_signal(signal.SIGKILL)
     parent.wait()
-    deadline = time.monotonic() + 20
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _alive(child), "the child kept running after its parent was killed"
+    wait_until(lambda: not _alive(child), 20, f"the child {child} to end after its parent was killed")

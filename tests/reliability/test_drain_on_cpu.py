@@ -11,9 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from tests.conftest import MINI_QA
+from tests.waiting import wait_until
 from verl_search.server.local import SubprocessServer
 
 QUESTIONS = [json.loads(line)["question"] for line in MINI_QA.read_text().splitlines()]
+
+
+def draining(url: str) -> httpx.Response | None:
+    """`GET /health` if it says draining, else None."""
+    health = httpx.get(f"{url}/health", timeout=10)
+    return health if health.json()["status"] == "draining" else None
 
 
 def test_sigterm_drains_then_exits_zero(tmp_path, dense_index):
@@ -25,16 +32,17 @@ def test_sigterm_drains_then_exits_zero(tmp_path, dense_index):
         bodies = [{"queries": QUESTIONS[64 * i: 64 * (i + 1)], "topk": 3} for i in range(4)]
         with ThreadPoolExecutor(4) as pool:
             pending = [pool.submit(httpx.post, f"{server.url}/retrieve", json=b, timeout=180) for b in bodies]
-            deadline = time.monotonic() + 60
-            while httpx.get(f"{server.url}/health").json()["in_flight"] < 4:
-                assert time.monotonic() < deadline, "the requests never reached the server"
-                time.sleep(0.05)
+            wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).json()["in_flight"] >= 4, 60,
+                       "the 4 requests in flight on the server", ignore=(httpx.TransportError,),
+                       watch={"the server": server.process},
+                       details=lambda: log.read_text()[-2000:])
             os.kill(server.process.pid, signal.SIGTERM)
             signalled = time.monotonic()
-            time.sleep(0.3)  # the signal is handled on the server's next tick (0.1 s)
-
-            health = httpx.get(f"{server.url}/health", timeout=10)
-            assert health.status_code == 503 and health.json()["status"] == "draining", health.text
+            # the signal is handled on the server's next tick (0.1 s)
+            health = wait_until(lambda: draining(server.url), 30, "the server's /health to say draining",
+                                ignore=(httpx.TransportError,), watch={"the server": server.process},
+                                details=lambda: log.read_text()[-2000:])
+            assert health.status_code == 503, health.text
             assert health.json()["in_flight"] >= 1  # still working on the old requests
             refused = httpx.post(f"{server.url}/retrieve", json={"queries": ["Lilu mythology"]}, timeout=10)
             assert refused.status_code == 503 and refused.headers["retry-after"] == "2", refused.text

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 
+import httpx
 import pytest
 import yaml
 from transformers import AutoTokenizer
@@ -14,6 +15,7 @@ from transformers import AutoTokenizer
 from tests.conftest import MINI_QA
 from tests.reliability.wrappers import RecordingRetriever
 from tests.verl_helpers import ScriptedLLM
+from tests.waiting import wait_until, wait_until_async
 from verl_search.verl_config.shipped import config_path
 from verl_search.datasets.preprocess import make_row, write_parquet
 from verl_search.server.app import create_app, index_service
@@ -55,7 +57,9 @@ def test_tool_fails_within_deadline_and_given_up_requests_are_not_searched(slow)
 
     async def scenario():
         first = asyncio.ensure_future(tool_call(url, "first query", data[0]))
-        await asyncio.sleep(0.3)  # "first" is being searched (3 s); the next two queue behind it
+        # "first" is being searched (3 s): the next two queue behind it
+        await wait_until_async(lambda: recorder.searched() == ["first query"], 30,
+                               'the worker to take "first query" (its search takes 3 s)')
         later = [tool_call(url, q, d) for q, d in (("second query", data[1]), ("third query", data[2]))]
         return await asyncio.gather(first, *later)
 
@@ -64,12 +68,16 @@ def test_tool_fails_within_deadline_and_given_up_requests_are_not_searched(slow)
         assert elapsed < DEADLINE + 0.5, elapsed
         assert "search failed: timeout" in text, text
         assert agent_data.extra_fields["failed_searches"] == 1 and agent_data.extra_fields["num_searches"] == 1
-    time.sleep(3.5)  # the worker finishes "first", then dequeues the two given-up requests
-    assert recorder.searched() == ["first query"]  # the clients of the others had gone: dropped unsearched
-    assert server._thread.is_alive()
-    recorder.delay = 0.0
+    recorder.delay = 0.0  # for the searches from now on ("first" is already in its 3 s)
+    wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).json()["batches"] == 1, 30,
+               'the worker to finish "first query" (/health counts 1 batch)',
+               watch={"the server thread": server._thread})
+    # the next request queues behind the two given-up ones: once it is answered, the worker has dequeued them
     text, _ = asyncio.run(tool_call(url, "Lilu mythology", AgentData()))
-    assert text.startswith("Doc 1(Title:")  # and the server answers the next one
+    assert text.startswith("Doc 1(Title:")  # the server answers the next one
+    # the clients of the other two had gone: dropped unsearched
+    assert recorder.searched() == ["first query", "Lilu mythology"]
+    assert server._thread.is_alive()
 
 
 def test_agent_loop_goes_on_after_slow_searches(slow, tiny_qwen, tmp_path, monkeypatch):

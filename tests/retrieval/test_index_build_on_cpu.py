@@ -5,12 +5,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 from tests.conftest import FLASHRAG_SAMPLE, MINI_CORPUS, MINI_QA
+from tests.waiting import wait_until
 from verl_search.eval.retrieval_quality import gold_title_recall, load_qa_with_titles
 from verl_search.retrieval import index_builder
 from verl_search.retrieval.dense import DenseRetriever, load_faiss_index
@@ -93,10 +93,12 @@ def test_killed_build_never_leaves_a_loadable_index(tmp_path, minilm_path):
     out = tmp_path / "dense"
     command = [sys.executable, "-m", "verl_search.cli", "index", "build", "--corpus", str(MINI_CORPUS),
                "--out", str(out), "--retriever", "dense", "--encoder", minilm_path, "--chunk-size", "256"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(tmp_path.glob(".dense.partial-*/embeddings.f32.npy")):
-        time.sleep(0.2)
+    log = tmp_path / "build.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    wait_until(lambda: any(tmp_path.glob(".dense.partial-*/embeddings.f32.npy")), 120,
+               "the build to start writing its embeddings", watch={"index build": process},
+               details=lambda: log.read_text(errors="replace")[-2000:])
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert any(tmp_path.glob(".dense.partial-*")), "the build should have been killed mid-way"

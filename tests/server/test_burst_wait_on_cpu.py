@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import MINI_QA
 from tests.reliability.wrappers import RecordingRetriever
+from tests.waiting import wait_until_async
 from verl_search.server.batcher import MicroBatcher
 
 BATCH = 8
@@ -24,13 +25,15 @@ SPACING = 0.5  # seconds between the arrivals after the heavy batch
 
 
 class HeldRetriever(RecordingRetriever):
-    """Records each batch (`RecordingRetriever`); the first `search` call waits until `release` is set."""
+    """Records each batch (`RecordingRetriever`); the first `search` call sets `entered`, then waits until
+    `release` is set."""
 
     def __init__(self, inner):
         super().__init__(inner)
-        self.release = threading.Event()
+        self.entered, self.release = threading.Event(), threading.Event()
 
     def search(self, queries, topk):
+        self.entered.set()
         self.release.wait(timeout=60)
         return super().search(queries, topk)
 
@@ -44,7 +47,7 @@ async def _then_spaced(batcher: MicroBatcher, retriever: HeldRetriever, first_ba
     """One query (held in the retriever) while `first_batch` single-query requests queue, then (once
     those are answered) the `spaced` requests `SPACING` s apart."""
     held = batcher.submit(["held"], 3)
-    await asyncio.sleep(0.2)  # the worker has taken "held" and waits in the retriever
+    await wait_until_async(retriever.entered.is_set, 30, 'the worker to take "held" (it waits in the retriever)')
     queued = [batcher.submit([q], 3) for q in first_batch]
     retriever.release.set()
     await held
@@ -52,7 +55,7 @@ async def _then_spaced(batcher: MicroBatcher, retriever: HeldRetriever, first_ba
     answers = []
     for query in spaced:
         answers.append(batcher.submit([query], 3))
-        await asyncio.sleep(SPACING)
+        await asyncio.sleep(SPACING)  # paces the arrivals: the spacing is what the batcher's wait is tested against
     await asyncio.gather(*answers)
 
 

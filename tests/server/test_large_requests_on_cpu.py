@@ -13,6 +13,7 @@ import time
 import httpx
 
 from tests.conftest import MINI_QA
+from tests.waiting import wait_until_async
 from verl_search.server.app import create_app, index_service
 from verl_search.server.batcher import fair_shares
 from verl_search.server.settings import ServerSettings
@@ -34,8 +35,16 @@ async def _big_and_single(url: str, big: list[str], single: str):
             return response, time.perf_counter()
 
         big_task = asyncio.ensure_future(timed(big))
-        while (await client.get(f"{url}/health")).json()["batches"] == 0:
-            await asyncio.sleep(0.005)
+
+        async def first_slice_searched():
+            return big_task.done() or (await client.get(f"{url}/health")).json()["batches"] > 0
+
+        await wait_until_async(first_slice_searched, 60, "the first slice of the big request to be searched",
+                               interval=0.005)
+        if big_task.done():  # it failed (or took no time): nothing to overtake
+            response, _ = big_task.result()
+            raise AssertionError(f"the big request ended before the single one was sent: {response.status_code} "
+                                 f"{response.text[:300]}")
         sent = time.perf_counter()
         single_response, single_done = await timed([single])
         big_response, big_done = await big_task

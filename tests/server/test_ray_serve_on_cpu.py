@@ -38,6 +38,7 @@ from verl_search.server.serve import RayOptions, ServeOptions  # noqa: E402
 from verl_search.server.settings import ServerSettings  # noqa: E402
 from verl_search.server.local import free_port  # noqa: E402
 from tests.conftest import MINI_QA  # noqa: E402
+from tests.waiting import wait_until, wait_until_async  # noqa: E402
 
 QUESTIONS = [json.loads(line)["question"] for line in open(MINI_QA, encoding="utf-8")][:40]
 
@@ -88,15 +89,22 @@ def test_cli_serve_ray_joins_a_running_cluster_waits_for_every_replica_then_stop
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
-    try:
-        deadline, ready = time.monotonic() + 240, None
-        while ready is None and time.monotonic() < deadline and process.poll() is None:
+    seen: list[str] = []
+
+    def said_ready() -> str | None:
+        """The line saying ready, once `serve --ray` has written it."""
+        while True:
             try:
-                line = lines.get(timeout=1)
+                seen.append(lines.get_nowait())
             except queue.Empty:
-                continue
-            ready = line if "ready: " in line else None
-        assert ready and f"http://127.0.0.1:{port}/retrieve" in ready, "serve --ray never said ready"
+                return None
+            if "ready: " in seen[-1]:
+                return seen[-1]
+
+    try:
+        ready = wait_until(said_ready, 240, "serve --ray to say ready", interval=0.2, watch={"serve --ray": process},
+                           details=lambda: "".join(seen[-30:]))
+        assert f"http://127.0.0.1:{port}/retrieve" in ready, ready
         health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()
         assert health["status"] == "ready" and health["replicas"] == {"retriever": 2}  # both loaded before "ready"
         response = httpx.post(f"http://127.0.0.1:{port}/retrieve", json={"queries": ["Lilu mythology"]}, timeout=30)
@@ -191,24 +199,33 @@ def test_sharded_in_process_retriever_equals_unsharded(sharded_index, dense_retr
 
 
 def test_killed_replica_costs_no_failed_call(cluster):
-    """64 concurrent SearchTool-client callers for ~6 s; one of the 2 replicas is killed after 1.5 s."""
+    """64 concurrent SearchTool-client callers; one of the 2 replicas is killed once every caller has had an answer,
+    and the load goes on for 4.5 s and at least 64 more answers after the kill."""
     from verl_search.tools.client import SearchClientConfig, search
 
     url = cluster["bm25"]
     victim = httpx.get(f"{url}/health", timeout=30).json()["replica"]
     config = SearchClientConfig(retrieval_service_url=f"{url}/retrieve", max_retries=6, deadline=30, timeout=10)
 
-    async def caller(i: int, stop_at: float, outcomes: list):
-        while time.monotonic() < stop_at:
+    async def caller(i: int, stop: asyncio.Event, outcomes: list, callers_answered: set):
+        while not stop.is_set():
             outcomes.append(await search([QUESTIONS[i % len(QUESTIONS)]], config))
+            callers_answered.add(i)
 
     async def load():
         outcomes: list = []
-        stop_at = time.monotonic() + 6.0
-        callers = asyncio.gather(*[caller(i, stop_at, outcomes) for i in range(64)])
-        await asyncio.sleep(1.5)
-        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
-        await callers
+        callers_answered: set = set()
+        stop = asyncio.Event()
+        callers = asyncio.gather(*[caller(i, stop, outcomes, callers_answered) for i in range(64)])
+        try:
+            await wait_until_async(lambda: len(callers_answered) == 64, 120, "an answer to each of the 64 callers")
+            ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+            at_kill = len(outcomes)
+            await asyncio.sleep(4.5)  # the load's length after the kill (not a wait for a condition)
+            await wait_until_async(lambda: len(outcomes) >= at_kill + 64, 120, "64 answers after the kill")
+        finally:
+            stop.set()
+            await callers
         return outcomes
 
     outcomes = asyncio.run(load())
@@ -217,38 +234,48 @@ def test_killed_replica_costs_no_failed_call(cluster):
     print(f"{len(outcomes)} calls, {sum(o.attempts > 1 for o in outcomes)} retried, 0 failed")  # shown with -s
     with pytest.raises(ValueError):  # the victim really died
         ray.get_actor(victim, namespace="serve")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # Serve replaces the dead replica
+
+    def replaced():  # Serve replaces the dead replica
         health = httpx.get(f"{url}/health", timeout=30).json()
-        if health["replicas"] == {"retriever": 2} and health["replica"] != victim:
-            break
-        time.sleep(1)
-    assert health["replicas"] == {"retriever": 2}
+        return health["replicas"] == {"retriever": 2} and health["replica"] != victim
+
+    wait_until(replaced, 60, "Serve to replace the killed replica (/health lists 2)", interval=1.0,
+               ignore=(httpx.HTTPError, ValueError, KeyError))
 
 
 def test_a_killed_shard_replica_gives_503s_never_a_partial_answer(cluster, dense_retriever):
-    """4 plain callers (no retries) for ~8 s on the sharded app; shard-1's only replica is killed after 1.5 s."""
+    """4 plain callers (no retries) on the sharded app; shard-1's only replica is killed once each caller has had an
+    answer, and the load goes on for 6.5 s and at least 8 more answers after the kill."""
     url = cluster["sharded"]
     expected = {q: [h.passage.id for h in hits] for q, hits in zip(QUESTIONS, dense_retriever.search(QUESTIONS, 5))}
     victim = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if "sharded#shard-1#" in a["name"])
 
-    async def caller(i: int, stop_at: float, outcomes: list):
+    async def caller(i: int, stop: asyncio.Event, outcomes: list, callers_answered: set):
+        first = i
         async with httpx.AsyncClient(timeout=90) as http:
-            while time.monotonic() < stop_at:
+            while not stop.is_set():
                 question = QUESTIONS[i % len(QUESTIONS)]
                 response = await http.post(f"{url}/retrieve", json={"queries": [question], "topk": 5})
                 ids = [h["document"]["id"] for h in response.json()["result"][0]] if response.status_code == 200 else None
                 outcomes.append((time.monotonic(), response.status_code, ids == expected[question]))
+                callers_answered.add(first)
                 i += 4
 
     async def load():
         outcomes: list = []
-        stop_at = time.monotonic() + 8.0
-        callers = asyncio.gather(*[caller(i, stop_at, outcomes) for i in range(4)])
-        await asyncio.sleep(1.5)
-        killed_at = time.monotonic()
-        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
-        await callers
+        callers_answered: set = set()
+        stop = asyncio.Event()
+        callers = asyncio.gather(*[caller(i, stop, outcomes, callers_answered) for i in range(4)])
+        try:
+            await wait_until_async(lambda: len(callers_answered) == 4, 120, "an answer to each of the 4 callers")
+            killed_at = time.monotonic()
+            ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+            at_kill = len(outcomes)
+            await asyncio.sleep(6.5)  # the load's length after the kill (not a wait for a condition)
+            await wait_until_async(lambda: len(outcomes) >= at_kill + 8, 180, "8 answers after the kill")
+        finally:
+            stop.set()
+            await callers
         return outcomes, killed_at
 
     outcomes, killed_at = asyncio.run(load())
@@ -256,12 +283,14 @@ def test_a_killed_shard_replica_gives_503s_never_a_partial_answer(cluster, dense
     assert set(statuses) <= {200, 503}, statuses  # the lost shard is a 503, never a 500
     assert all(exact for _, status, exact in outcomes if status == 200)  # every answer is the whole index's
     print(f"{statuses.count(200)} answered, {statuses.count(503)} 503")  # shown with -s
-    deadline = killed_at + 30
-    while time.monotonic() < deadline:  # Serve replaces the replica; the app answers exactly again
+
+    def answered():  # Serve replaces the replica; the app answers again
         response = httpx.post(f"{url}/retrieve", json={"queries": [QUESTIONS[0]], "topk": 5}, timeout=30)
-        if response.status_code == 200:
-            break
-        time.sleep(0.5)
-    assert response.status_code == 200 and [h["document"]["id"] for h in response.json()["result"][0]] == expected[QUESTIONS[0]]
+        return response if response.status_code == 200 else None
+
+    response = wait_until(answered, max(1.0, killed_at + 30 - time.monotonic()),
+                          "Serve's replacement of the shard replica to answer (within 30 s of the kill)", interval=0.5,
+                          ignore=(httpx.TransportError,))
+    assert [h["document"]["id"] for h in response.json()["result"][0]] == expected[QUESTIONS[0]]  # exactly
     with pytest.raises(ValueError):  # the victim really died
         ray.get_actor(victim, namespace="serve")

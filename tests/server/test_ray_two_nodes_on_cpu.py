@@ -42,7 +42,7 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 from tests.conftest import MINI_QA  # noqa: E402
-from verl_search.server.health import wait_until_ready  # noqa: E402
+from tests.waiting import wait_until  # noqa: E402
 from verl_search.tools import client  # noqa: E402
 from verl_search.server.local import free_port  # noqa: E402
 
@@ -76,17 +76,11 @@ def health(port: int) -> dict:
     return httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json()
 
 
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-            if value:
-                return value
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+def wait_for(condition, timeout: float, what: str, watch: dict):
+    """`tests.waiting.wait_until` every 0.5 s, a failed HTTP call or an unexpected body counting as "not yet";
+    fails at once when a process in `watch` (a node, the server) has exited."""
+    return wait_until(condition, timeout, what, interval=0.5, ignore=(httpx.HTTPError, ValueError, KeyError),
+                      watch=watch)
 
 
 def stop(process: subprocess.Popen, timeout: float) -> None:
@@ -114,20 +108,24 @@ def two_nodes(bm25_index):
     server = None
     try:
         address = f"127.0.0.1:{head_port}"
-        wait_for(lambda: alive_nodes(address, base) == 1, 90, "the head node")
+        watch = {"the head node (ray start --head)": head}
+        wait_for(lambda: alive_nodes(address, base) == 1, 90, "the head node", watch)
         second = ray_node(temp_dir, {**base, "RAY_SERVE_WORKER_PROXY_HTTP_PORT": str(port_b)},
                           "--address", address, "--num-cpus", "2")
         processes.append(second)
+        watch["the second node (ray start --address)"] = second
         # Serve places replicas on the nodes alive when it deploys and starts a proxy only on nodes with a replica:
         # a serve started before the second node joins puts both replicas on the head, and port_b never answers
-        wait_for(lambda: alive_nodes(address, base) == 2, 90, "two alive nodes")
+        wait_for(lambda: alive_nodes(address, base) == 2, 90, "two alive nodes", watch)
         command = [sys.executable, "-m", "verl_search.server", "--index", str(bm25_index), "--port", str(port_a),
                    "--ray", "--ray-address", address, "--replicas", "2", "--num-cpus", "0.5", "--no-page-access"]
         server = subprocess.Popen(command, env=base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
-        wait_for(lambda: health(port_a)["replicas"] == {"retriever": 2}, 240, "serve --ray with 2 replicas")
-        wait_until_ready(f"http://127.0.0.1:{port_b}", timeout=120)  # the second node's proxy
-        yield {"head": port_a, "second": port_b, "second_node": second, "address": address, "env": base}
+        watch["serve --ray"] = server
+        wait_for(lambda: health(port_a)["replicas"] == {"retriever": 2}, 240, "serve --ray with 2 replicas", watch)
+        wait_for(lambda: health(port_b)["status"] == "ready", 120, "the second node's proxy to answer ready", watch)
+        yield {"head": port_a, "second": port_b, "second_node": second, "address": address, "env": base,
+               "survivors": {name: process for name, process in watch.items() if process is not second}}
     finally:
         if server is not None:
             stop(server, 10)
@@ -175,23 +173,31 @@ def test_stopping_a_node_loses_only_the_requests_in_flight_and_the_replica_is_re
                 index += CLIENTS
         await asyncio.gather(*(one(i) for i in range(CLIENTS // 2)))
 
-    threads = [threading.Thread(target=raw_caller, args=(i,)) for i in range(CLIENTS // 2)]
-    threads.append(threading.Thread(target=lambda: asyncio.run(tool_clients())))
+    threads = [threading.Thread(target=raw_caller, args=(i,), name=f"raw caller {i}") for i in range(CLIENTS // 2)]
+    threads.append(threading.Thread(target=lambda: asyncio.run(tool_clients()), name="tool clients"))
     for thread in threads:
         thread.start()
+    callers = {thread.name: thread for thread in threads}
+    survivors = {**two_nodes["survivors"], **callers}  # the head, serve --ray and the callers run to the end
     try:
-        time.sleep(3)
+        # the load runs on both nodes before the stop: answers to the raw callers and to the tool clients
+        wait_until(lambda: len(answered_at) >= CLIENTS and len(outcomes) >= CLIENTS // 2, 120,
+                   f"{CLIENTS} raw answers and {CLIENTS // 2} tool calls before the stop", watch=survivors)
         before = len(answered_at)
-        assert before > 0, "no answer before the stop"
         stopped_at = time.monotonic()
         os.killpg(two_nodes["second_node"].pid, signal.SIGKILL)  # a crash: raylet, workers and replica at once
         two_nodes["second_node"].wait(30)
         # Ray marks the node dead (its health checks time out: about 16 s here)
-        wait_for(lambda: alive_nodes(two_nodes["address"], two_nodes["env"]) == 1, 90, "the node marked dead")
+        wait_for(lambda: alive_nodes(two_nodes["address"], two_nodes["env"]) == 1, 90, "the node marked dead",
+                 survivors)
         # Serve replaces the lost replica on the surviving node
         replaced = wait_for(lambda: health(two_nodes["head"])["replicas"] == {"retriever": 2}, 120,
-                            "the replica replaced")
-        time.sleep(2)
+                            "the replica replaced", survivors)
+        # and the load goes on after the replacement: answers to each kind of caller
+        replaced_at, calls_at_replacement = time.monotonic(), len(outcomes)
+        wait_until(lambda: sum(t > replaced_at for t in list(answered_at)) >= CLIENTS // 2
+                   and len(outcomes) >= calls_at_replacement + CLIENTS // 2, 60,
+                   f"{CLIENTS // 2} raw answers and {CLIENTS // 2} tool calls after the replacement", watch=survivors)
     finally:
         done.set()
         for thread in threads:

@@ -6,6 +6,7 @@ import threading
 import httpx
 import pytest
 
+from tests.waiting import wait_until
 from verl_search.retrieval.base import RetrieverUnavailableError
 from verl_search.server.app import create_app, index_service
 from verl_search.server.health import wait_until_ready
@@ -98,7 +99,7 @@ def test_an_app_mounted_under_a_prefix_answers_through_the_fastapi_route(bm25_re
     server = ThreadServer(outer)  # the outer app has no /health: start it, then wait for the mounted app's
     server._thread.start()
     try:
-        wait_until_ready(f"{server.url}/search", timeout=30)
+        wait_until_ready(f"{server.url}/search", timeout=30, is_alive=server._thread.is_alive)
         body = {"queries": ["Lilu mythology"], "topk": 2}
         mounted = httpx.post(f"{server.url}/search/retrieve", json=body, timeout=30)
         assert mounted.status_code == 200 and mounted.headers["server-timing"].startswith("retrieve;dur=")
@@ -120,12 +121,8 @@ def test_health_says_loading_until_the_index_is_loaded(bm25_retriever):
     server = ThreadServer(create_app(index_service(slow_loader)))
     server._thread.start()
     try:
-        while True:
-            try:
-                response = httpx.get(f"{server.url}/health")
-                break
-            except httpx.TransportError:
-                continue
+        response = wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10), 30, "the server to listen",
+                              ignore=(httpx.TransportError,), watch={"the server thread": server._thread})
         assert response.status_code == 503 and response.json()["status"] == "loading"
         early = post(server, {"queries": ["Lilu"]})
         assert early.status_code == 503 and "loading" in early.json()["detail"]

@@ -13,6 +13,7 @@ import pytest
 
 from tests.server import peer_clients
 from tests.server.web.fake_apis import READER_KEY, SEARCH_KEY, FakeWeb
+from tests.waiting import wait_until_async
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig, search
 from verl_search.server.local import SubprocessServer, ThreadServer
@@ -247,16 +248,16 @@ def test_a_waiter_fetches_itself_when_the_fetching_request_is_cancelled(tmp_path
         async def search(self, query, num, deadline):
             Upstream.calls += 1
             if Upstream.calls == 1:
-                await asyncio.sleep(60)
+                await asyncio.sleep(60)  # plays an upstream that hangs: this call ends when it is cancelled
             return [{"title": "T", "link": "https://example.org/t", "snippet": "s", "position": 1}]
 
     backend = WebBackend(Upstream(), WebCache(tmp_path, 10, 0))
 
     async def scenario():
         first = asyncio.ensure_future(backend.search(["same query"], 1, time.monotonic() + 30))
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: Upstream.calls == 1, 10, "the first search to call the upstream")
         second = asyncio.ensure_future(backend.search(["same query"], 1, time.monotonic() + 30))
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: backend.coalesced == 1, 10, "the second search to wait for the first's call")
         first.cancel()
         return await asyncio.wait_for(second, 5)
 
