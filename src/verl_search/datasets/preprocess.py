@@ -11,7 +11,7 @@ or `.jsonl.gz`), or a shipped question set by name (`mini-wiki`, `mini-wiki:trai
 | `ability` | `"fact-reasoning"` |
 | `reward_model` | `{"ground_truth": {"target": golden_answers}, "style": "rule"}` |
 | `extra_info` | `index`, `split`, `id`, `question`, `protocol`, `need_tools_kwargs`, `tools_kwargs` |
-| `agent_name` | the protocol's agent loop: `tool_agent`, `search_r1_agent` or `research_agent` |
+| `agent_name` | the protocol's agent loop: `tool_agent`, `search_r1_agent`, `research_agent`, or a baseline's (`direct_agent`, `cot_agent`, `rag_agent`, `ircot_agent`) |
 
 `agent_name` selects the agent loop per row: without it verl runs `single_turn_agent` and the
 tool is never called (verl issue #3008). `tools_kwargs.search.create_kwargs` reaches
