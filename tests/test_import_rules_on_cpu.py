@@ -41,8 +41,8 @@ MAY_IMPORT = {
     "agent_loop": ("llm", "protocol", "tools", "verl_config"),
     "training": ("cpu", "datasets", "llm", "process", "protocol", "retrieval", "rewards", "tools", "verl_config"),
     "eval": ("cpu", "datasets", "llm", "protocol", "retrieval", "rewards", "server", "verl_config"),
-    "quickstart": ("cpu", "datasets", "eval", "llm", "process", "retrieval", "rewards", "server", "training",
-                   "verl_config"),
+    "quickstart": ("cpu", "datasets", "eval", "llm", "process", "protocol", "retrieval", "rewards", "server",
+                   "training", "verl_config"),
     "configs": (),
 }
 #: the HTTP libraries (a retriever knows none of them)
