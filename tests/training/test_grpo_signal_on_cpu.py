@@ -1,8 +1,9 @@
 """The report's "Why GRPO moved / did not move" section (`verl_search.training.grpo_signal`): the
 groups, zero-advantage groups, responses and loss tokens with a non-zero advantage per GRPO step,
-on hand-written rows and on the default run's kept files (`tests/assets/runs/quickstart_run/`, the files of
-`results/quickstart_run/` the report reads: verl's metrics file and rollout dump of a real run, the evaluations'
-records), and the report re-rendered from those files without training."""
+on hand-written rows and on a default run's kept files (`tests/assets/runs/quickstart_run/`: the files of the
+quickstart run kept before the current `results/quickstart_run/` that the report reads: verl's metrics file and
+rollout dump of a real run, the evaluations' records), and the report re-rendered from those files without
+training."""
 
 from __future__ import annotations
 
