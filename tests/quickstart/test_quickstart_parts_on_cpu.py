@@ -289,7 +289,7 @@ def test_grpo_agent_loop_yaml_sets_every_shipped_loops_limits(tmp_path):
     limits, each loop with a search cap gets `--max-turns` under its own key, and the URL stays `$VERL_SEARCH_URL`."""
     import yaml
 
-    from verl_search.protocol.registry import PROTOCOLS
+    from verl_search.protocol.registry import search_cap_keys
     from verl_search.quickstart.grpo import URL_INTERPOLATION, agent_loop_yaml
     from verl_search.quickstart.options import protocol_options
     from verl_search.verl_config.shipped import config_path
@@ -298,8 +298,8 @@ def test_grpo_agent_loop_yaml_sets_every_shipped_loops_limits(tmp_path):
     path = agent_loop_yaml(protocol, tmp_path / "agent_loops.yaml")
     entries = {e["name"]: e for e in yaml.safe_load(path.read_text())}
     assert set(entries) == {e["name"] for e in yaml.safe_load(open(config_path("agent-loop")))}
-    caps = {p.agent_name: p.search_cap_key for p in PROTOCOLS.values() if p.search_cap_key}
-    assert {"search_r1_agent", "research_agent"} <= set(caps)
+    caps = search_cap_keys()
+    assert {"search_r1_agent", "research_agent", "ircot_agent"} <= set(caps)
     for name, entry in entries.items():
         assert (entry["topk"], entry["max_obs_tokens"]) == (4, protocol.max_obs_tokens)
         assert name not in caps or entry[caps[name]] == 3

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from verl_search.cpu.vllm_cpu import ROLLOUT_NAME, cpu_rollout_overrides
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.records import trajectory_record
-from verl_search.protocol.registry import PROTOCOLS, get_protocol
+from verl_search.protocol.registry import get_protocol, search_cap_keys
 from verl_search.verl_config.compose import merge_overrides
 from verl_search.verl_config.shipped import config_path
 
@@ -51,7 +51,7 @@ def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrie
     limits = {"max_tokens_per_turn": options.max_tokens_per_turn, "max_obs_tokens": options.max_obs_tokens}
     # each loop's own name for its search cap (`Protocol.search_cap_key`: Search-R1 max_turns, ReSearch
     # max_searches, IRCoT max_retrievals) takes --max-turns
-    caps = {p.agent_name: {p.search_cap_key: options.max_turns} for p in PROTOCOLS.values() if p.search_cap_key}
+    caps = {agent: {key: options.max_turns} for agent, key in search_cap_keys().items()}
     loop_yaml = _shipped_yaml("agent-loop", {**client, **limits}, out / "agent_loops.yaml", per_entry=caps)
     rollout = "actor_rollout_ref.rollout"
     return [

@@ -37,3 +37,13 @@ def get_protocol(name: str) -> Protocol:
     if name not in PROTOCOLS:
         raise ValueError(f"unknown protocol {name!r}: use one of {', '.join(PROTOCOL_NAMES)}")
     return PROTOCOLS[name]
+
+
+def search_cap_keys() -> dict[str, str]:
+    """Agent-loop name -> the key of its YAML entry that caps the searches (`Protocol.search_cap_key`), for every
+    protocol whose loop has one: what `verl-search eval --max-turns` and the quickstart's `--max-turns` set.
+
+    >>> search_cap_keys()["search_r1_agent"], search_cap_keys()["research_agent"]
+    ('max_turns', 'max_searches')
+    """
+    return {p.agent_name: p.search_cap_key for p in PROTOCOLS.values() if p.search_cap_key}

@@ -88,18 +88,15 @@ def write_grpo_questions(train_file: Path, index: Path, model: str, exclude: Pat
     from transformers import AutoTokenizer
 
     from verl_search.datasets.preprocess import write_parquet
-    from verl_search.llm.models import end_of_sequence_ids
     from verl_search.retrieval.loader import resolve_index
     from verl_search.training.cold_start import prompt_builder, read_rows, visible_rows
 
     trained = set(json.loads(Path(exclude).read_text())["questions"]) if Path(exclude).is_file() else set()
     rows = [row for row in read_rows(train_file) if row["extra_info"]["question"] not in trained]
     tokenizer = AutoTokenizer.from_pretrained(model)
-    chosen, counts = visible_rows(
-        rows, resolve_index(index).load(), tokenizer, prompt_builder(model, tokenizer), topk=settings.topk,
-        limit=limit, seed=settings.seed + 1, max_turns=settings.max_turns, max_obs_tokens=settings.max_obs_tokens,
-        response_length=settings.response_length, protocol=settings.protocol,
-        end_ids=end_of_sequence_ids(tokenizer, model))
+    chosen, counts = visible_rows(rows, resolve_index(index).load(), tokenizer, prompt_builder(model, tokenizer),
+                                  topk=settings.topk, limit=limit, seed=settings.seed + 1,
+                                  **settings.trajectory_settings(tokenizer, model))
     if not chosen:
         raise ValueError(f"no training question of {train_file} has its gold answer visible in its "
                          f"{settings.max_obs_tokens}-token observation; raise --max-obs-tokens")

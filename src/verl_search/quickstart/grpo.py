@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from verl_search.eval.options import EvalOptions
-from verl_search.protocol.registry import PROTOCOLS
+from verl_search.protocol.registry import search_cap_keys
 from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
 from verl_search.training.progress import run_logged
 
@@ -67,7 +67,7 @@ def agent_loop_yaml(protocol: EvalOptions, path: Path) -> Path:
 
     entries = yaml.safe_load(Path(config_path("agent-loop")).read_text())
     # each loop's own name for its search cap (`Protocol.search_cap_key`), as `verl-search eval` sets it
-    caps = {p.agent_name: p.search_cap_key for p in PROTOCOLS.values() if p.search_cap_key}
+    caps = search_cap_keys()
     for entry in entries:
         entry.update({caps[entry["name"]]: protocol.max_turns} if entry["name"] in caps else {}, topk=protocol.topk,
                      max_tokens_per_turn=protocol.max_tokens_per_turn, max_obs_tokens=protocol.max_obs_tokens)

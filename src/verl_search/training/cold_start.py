@@ -65,6 +65,15 @@ class ColdStartOptions:
     response_length: int = 512
     seed: int = 0
 
+    def trajectory_settings(self, tokenizer, model: str | os.PathLike) -> dict:
+        """`trajectory_tokens`' keyword arguments for these options: the agent loop's limits, the protocol and
+        the model's end-of-sequence ids (`llm.models.end_of_sequence_ids` of the folder `model`)."""
+        from verl_search.llm.models import end_of_sequence_ids
+
+        return dict(max_turns=self.max_turns, max_obs_tokens=self.max_obs_tokens,
+                    response_length=self.response_length, protocol=self.protocol,
+                    end_ids=end_of_sequence_ids(tokenizer, model))
+
 SEARCH_TURN = "<think> I need to look this up. </think>\n<search> {question} </search>"
 ANSWER_TURN = "<think> The passages answer it. </think>\n<answer> {answer} </answer>"
 RESEARCH_SEARCH_TURN = "<think> I need to look this up. </think> <search> {question} </search>"
@@ -351,15 +360,12 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
 
     from transformers import AutoTokenizer
 
-    from verl_search.llm.models import end_of_sequence_ids
     from verl_search.retrieval.loader import resolve_index
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(model)
     builder = prompt_builder(model, tokenizer)
-    settings = dict(max_turns=options.max_turns, max_obs_tokens=options.max_obs_tokens,
-                    response_length=options.response_length, protocol=options.protocol,
-                    end_ids=end_of_sequence_ids(tokenizer, model))
+    settings = options.trajectory_settings(tokenizer, model)
     chosen, counts = visible_rows(read_rows(train_file), resolve_index(index).load(), tokenizer, builder,
                                   topk=options.topk, limit=options.examples, seed=options.seed, **settings)
     logger.info("cold start: %d trajectories whose gold is visible in the %d-token observation, from %d candidate "
