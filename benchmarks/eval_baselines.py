@@ -3,7 +3,8 @@ trained model, on the quickstart's held-out questions with the quickstart's prot
 verl's vLLM rollout (`verl_search.eval.harness.run_evals`); then one table with the quickstart's own evaluations
 (EM and F1 with 95% bootstrap intervals; the paired differences: `benchmarks/compare_evals.py`). Prints markdown.
 
-    python benchmarks/eval_baselines.py RUN [--model smollm2] [--samples-model RUN/grpo/hf --samples 8] [--out DIR]
+    python benchmarks/eval_baselines.py RUN [--model smollm2] [--samples-model RUN/grpo/hf --samples 8]
+                                            [--no-baselines] [--out DIR]
 
 RUN is a finished `verl-search quickstart` folder: its `index/`, its protocol settings (`report.json`'s options)
 and its `eval/{untrained,cold_start,grpo}` evaluations. The baselines evaluate `--model` (default: the run's own
@@ -24,8 +25,10 @@ BASELINES = ("direct", "cot", "rag", "ircot")
 MODELS = ("untrained", "cold_start", "grpo")
 
 
-def evaluations(run: Path, out: Path, model: str | None, samples_model: str | None, samples: int) -> list:
-    """`(name, EvalOptions)` of the baselines (and the sampled model) with `run`'s protocol settings."""
+def evaluations(run: Path, out: Path, model: str | None, samples_model: str | None, samples: int,
+                baselines: bool = True) -> list:
+    """`(name, EvalOptions)` of the baselines (unless `baselines` is false) and the sampled model, with `run`'s
+    protocol settings."""
     from verl_search.quickstart.options import QuickstartOptions, protocol_options
 
     recorded = json.loads((run / "report.json").read_text())["meta"]["options"]
@@ -34,7 +37,7 @@ def evaluations(run: Path, out: Path, model: str | None, samples_model: str | No
     per_source = math.ceil(options.test_questions / 3)
     common = dict(data=["mini-wiki:test"], max_per_source=per_source, seed=options.seed)
     out_list = [(name, dataclasses.replace(base, protocol=name, model=model or options.model, out=str(out / name),
-                                           **common)) for name in BASELINES]
+                                           **common)) for name in BASELINES if baselines]
     if samples_model:
         out_list.append((f"samples_{samples}", dataclasses.replace(
             base, model=samples_model, out=str(out / f"samples_{samples}"), samples=samples, temperature=1.0,
@@ -55,12 +58,15 @@ def main() -> None:
     parser.add_argument("--model", help="the model the baselines run (default: the run's --model)")
     parser.add_argument("--samples-model", help="a model to sample --samples times per question (pass@k)")
     parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the four baselines (--no-baselines: only the --samples-model run)")
     parser.add_argument("--out", type=Path, help="default: RUN/baselines")
     args = parser.parse_args()
     from verl_search.eval.harness import run_evals
 
     out = args.out or args.run / "baselines"
-    names, options = zip(*evaluations(args.run, out, args.model, args.samples_model, args.samples))
+    names, options = zip(*evaluations(args.run, out, args.model, args.samples_model, args.samples,
+                                                args.baselines))
     summaries = run_evals(list(options))
     lines = ["| evaluation | n | EM [95% CI] | F1 [95% CI] |", "| --- | ---: | --- | --- |"]
     lines += [row(f"baseline: {name}", s) for name, s in zip(names, summaries) if name in BASELINES]

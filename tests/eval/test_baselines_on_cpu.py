@@ -145,3 +145,19 @@ def test_protocol_rows_select_their_loop_and_hold_the_passage_slot():
         assert slot == (name in ("rag", "ircot")) and spec.retrieves == (name not in ("direct", "cot"))
     with pytest.raises(ValueError, match="preprocess the rows with this protocol"):
         baselines.fill_passages([{"role": "user", "content": "no slot"}], "passages")
+
+
+def test_no_retrieval_baselines_need_no_index(tmp_path, tiny_qwen):
+    """`--protocol direct` (or cot) runs without --index or --retrieval-url; a retrieving protocol names the fix."""
+    from verl_search.eval.verl_run import NO_RETRIEVAL_URL, retrieval_service
+
+    write_parquet([make_row(GALLU, 0, "test", "direct", "direct")], tmp_path / "rows.parquet")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    options = EvalOptions(data=[str(tmp_path / "rows.parquet")], out=str(tmp_path / "run"), protocol="direct")
+    summary = run_eval(options, engine=(ScriptedLLM(tokenizer, script), tokenizer, str(tiny_qwen)))
+    assert summary["direct"]["em"]["mean"] == 1.0 and summary["direct"]["searched"] == 0.0
+    with retrieval_service(options) as url:
+        assert url == NO_RETRIEVAL_URL
+    with pytest.raises(ValueError, match="--protocol rag retrieves: pass --retrieval-url"):
+        with retrieval_service(options, EvalOptions(data=options.data, protocol="rag")):
+            pass

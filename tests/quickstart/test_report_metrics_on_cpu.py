@@ -137,6 +137,10 @@ def test_conditional_metrics_split_by_what_the_model_saw():
     assert [top_title(r) for r in hand_written()] == ["Paris", "France", "Nice", "Anne", "Doc", None]
     assert (m["top_title"]["n"], m["top_title"]["em"]) == (5, pytest.approx(2 / 6))
     assert passage_title('Doc 1(Title: "Jaws (film)", id: 7) text') == "Jaws (film)"
+    # the IRCoT baseline's observation, as its protocol renders passages
+    from verl_search.protocol.ircot import format_passages
+
+    assert passage_title(format_passages([{"contents": '"Jaws (film)"\nJaws is a 1975 film.'}])) == "Jaws (film)"
     table = conditional_table({"model": m})
     assert "| model | 0.500 | 0.667 / 0.667 (3) | 0.000 / 0.000 (3) | 1.00 | 0.33 of 6 | 0.17 | 0.333 / 0.333 |" in table
     with pytest.raises(ValueError, match="got none"):

@@ -196,7 +196,7 @@ def _run_on_vllm(evaluations: list[EvalOptions], prepared: list[tuple]) -> dict[
                            item[2], todo[0][2], "; ".join(differences))
         (later if differences else here).append(item)
     seconds, client, serving = {}, None, None
-    with retrieval_service(todo[0][0]) as url, verl_warnings_once(), cpu_ray():
+    with retrieval_service(*(item[0] for item in todo)) as url, verl_warnings_once(), cpu_ray():
         for options, (rows, data_file, trajectories, pending), hf_folder in here:
             tokenizer = AutoTokenizer.from_pretrained(hf_folder)
             config = compose_verl_config(with_vllm(verl_overrides(options, hf_folder, data_file, url), options))

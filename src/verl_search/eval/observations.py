@@ -18,6 +18,7 @@ from verl_search.rewards.qa import answer_in_observation, exact_match, f1_score,
 
 _SEARCH_R1_TITLE = re.compile(r'Doc 1\(Title: (?:"(?P<quoted>[^\n]*?)"(?=\)|, id: )|(?P<plain>[^\n]*?)(?=\)|, id: ))')
 _RESULT_TITLE = re.compile(r"<result>\s*\n(?P<line>[^\n]*)")
+_IRCOT_TITLE = re.compile(r"\AWikipedia Title: (?P<line>[^\n]*)\n")
 
 
 def observations(record: dict) -> list[str]:
@@ -38,19 +39,25 @@ def gold_visible(record: dict) -> bool:
 
 def passage_title(observation: str) -> str | None:
     """The title of the first passage of an observation: Search-R1's `Doc 1(Title: "T") ...` (its quotes
-    dropped), or the first line of ReSearch's `<result>` block (`"T"`, quotes dropped); None for anything else
-    (a failed search, the correction message).
+    dropped), the first line of ReSearch's `<result>` block (`"T"`, quotes dropped) or IRCoT's first
+    `Wikipedia Title: T` line (`protocol.ircot.PASSAGE_TEMPLATE`, quotes dropped); None for anything else (a
+    failed search, the correction message).
 
     >>> passage_title('\\n\\n<information>Doc 1(Title: "Jaws (film)") Jaws is a 1975 film.</information>')
     'Jaws (film)'
     >>> passage_title(' <result>\\n"Jaws"\\nJaws is a 1975 film.\\n</result>'), passage_title("search failed: 503")
     ('Jaws', None)
+    >>> passage_title('Wikipedia Title: "Jaws"\\nJaws is a 1975 film.\\n\\n')
+    'Jaws'
     """
     match = _SEARCH_R1_TITLE.search(observation)
     if match:
         return (match["quoted"] if match["quoted"] is not None else match["plain"]).strip()
     match = _RESULT_TITLE.search(observation)
     if match and match["line"].strip() and "</result>" not in match["line"]:
+        return match["line"].strip().strip('"').strip()
+    match = _IRCOT_TITLE.search(observation)
+    if match and match["line"].strip():
         return match["line"].strip().strip('"').strip()
     return None
 

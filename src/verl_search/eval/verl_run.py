@@ -166,16 +166,27 @@ def load_model_weights(manager, folder: str | Path) -> None:
     logger.info("loaded %s into %d vLLM server(s)", folder, len(servers))
 
 
+#: the URL the loops of protocols without retrieval (`Protocol.retrieves` false: direct, cot) are configured with
+#: when no index or server is given; nothing listens there, and those loops never search
+NO_RETRIEVAL_URL = "http://127.0.0.1:9/retrieve"
+
+
 @contextlib.contextmanager
-def retrieval_service(options: EvalOptions):
+def retrieval_service(options: EvalOptions, *others: EvalOptions):
     """Yield the `/retrieve` URL: `options.retrieval_url`, or that of a server on `options.index` for the
-    run (`server.local.serve_for_run`, its output in `OUT/retrieval_server.log`).
+    run (`server.local.serve_for_run`, its output in `OUT/retrieval_server.log`); `NO_RETRIEVAL_URL` when neither
+    is given and no protocol of `options` and `others` retrieves (`--protocol direct` or `cot`).
 
     Raises:
-        ValueError: neither or both given.
+        ValueError: neither given for a protocol that retrieves.
     """
     if not options.retrieval_url and not options.index:
-        raise ValueError("pass --retrieval-url URL (a running server) or --index DIR (served for this run)")
+        retrieving = sorted({o.protocol for o in (options, *others) if get_protocol(o.protocol).retrieves})
+        if not retrieving:
+            yield NO_RETRIEVAL_URL
+            return
+        raise ValueError(f"--protocol {retrieving[0]} retrieves: pass --retrieval-url URL (a running server) or "
+                         "--index DIR (served for this run)")
     from verl_search.server.local import serve_for_run
 
     with serve_for_run(options.retrieval_url, options.index, str(Path(options.out) / "retrieval_server.log")) as url:
