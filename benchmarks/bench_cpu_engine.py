@@ -28,7 +28,7 @@ Parts (`--parts`, default all):
   SmolLM2-135M's projection shapes and 1/16/300 rows: the largest relative error of each (no model,
   no vLLM engine; seconds).
 * `grpo`: `--grpo-steps` GRPO steps of the SmolLM2 CPU recipe, the quickstart's (the shipped GRPO
-  Search-R1 recipe with `quickstart.grpo.grpo_overrides` of `QuickstartOptions`' defaults: protocol,
+  Search-R1 recipe with `quickstart.grpo.grpo_overrides` of `StudyOptions`' defaults: protocol,
   learning rate, a checkpoint per step, mini-wiki:train; `--prompts-per-step` x `--group-size`),
   from SmolLM2-135M-Instruct (no cold start), through `verl-search train --cpu`, one fresh run per
   `--rollouts` entry in turn (`verl_search_cpu`: the transformers rollout; `vllm`: verl's vLLM
@@ -315,7 +315,7 @@ def grpo_part(args, folder: str) -> None:
     from verl_search.datasets.preprocess import write_parquet
     from verl_search.quickstart.data import corpus_path, split_rows
     from verl_search.quickstart.grpo import grpo_overrides, shipped_recipe
-    from verl_search.quickstart.options import QuickstartOptions, protocol_options
+    from verl_search.quickstart.options import StudyOptions, protocol_options
     from verl_search.training.progress import logged_steps
     from verl_search.retrieval.index_builder import BuildOptions, build_index
     from verl_search.cpu import vllm_cpu
@@ -326,7 +326,7 @@ def grpo_part(args, folder: str) -> None:
         build_index(corpus_path(), index, BuildOptions(retriever="bm25", overwrite=True))
     # the quickstart's data (mini-wiki:train, all of it; verl's seeded sampler picks the same prompts for
     # every rollout) and its options: protocol, lr, a checkpoint per step
-    options = QuickstartOptions(out=str(work), grpo_steps=args.grpo_steps, prompts_per_step=args.prompts_per_step,
+    options = StudyOptions(out=str(work), grpo_steps=args.grpo_steps, prompts_per_step=args.prompts_per_step,
                                 group_size=args.group_size)
     train, val = work / "train.parquet", work / "val.parquet"
     write_parquet(split_rows("train", seed=options.seed), train)

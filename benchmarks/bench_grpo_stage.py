@@ -26,7 +26,7 @@ from pathlib import Path
 
 def main() -> None:
     from verl_search.quickstart.grpo import grpo_overrides, run_grpo, shipped_recipe
-    from verl_search.quickstart.options import QuickstartOptions, protocol_options
+    from verl_search.quickstart.options import StudyOptions, protocol_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a quickstart --out folder whose cold start is done")
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--variant", action="append", required=True, help="NAME=OVERRIDE[,OVERRIDE...]")
     parser.add_argument("--out", type=Path, default=Path("runs/bench_grpo_stage"))
     args = parser.parse_args()
-    options = QuickstartOptions()
+    options = StudyOptions()
     protocol = protocol_options(options, args.run / "index", engine="vllm")
     for variant in args.variant:
         name, _, extra = variant.partition("=")

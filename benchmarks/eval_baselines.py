@@ -29,10 +29,10 @@ def evaluations(run: Path, out: Path, model: str | None, samples_model: str | No
                 baselines: bool = True) -> list:
     """`(name, EvalOptions)` of the baselines (unless `baselines` is false) and the sampled model, with `run`'s
     protocol settings."""
-    from verl_search.quickstart.options import QuickstartOptions, protocol_options
+    from verl_search.quickstart.options import StudyOptions, protocol_options
 
     recorded = json.loads((run / "report.json").read_text())["meta"]["options"]
-    options = QuickstartOptions(**{k: v for k, v in recorded.items() if k in QuickstartOptions.__dataclass_fields__})
+    options = StudyOptions(**{k: v for k, v in recorded.items() if k in StudyOptions.__dataclass_fields__})
     base = protocol_options(options, run / "index", "auto")
     per_source = math.ceil(options.test_questions / 3)
     common = dict(data=["mini-wiki:test"], max_per_source=per_source, seed=options.seed)

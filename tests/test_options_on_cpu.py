@@ -35,6 +35,17 @@ def test_every_option_field_is_a_flag_and_every_flag_a_field():
     assert _flags("eval") == {flag_name(s) for s in option_fields(EvalOptions)}
 
 
+def test_the_quickstart_lists_a_users_flags_and_the_study_adds_its_own():
+    from verl_search.quickstart.options import QuickstartOptions, StudyOptions
+
+    quickstart, study = _flags("quickstart"), _flags("study")
+    assert quickstart == {flag_name(s) for s in option_fields(QuickstartOptions)} and len(quickstart) <= 15
+    assert study == {flag_name(s) for s in option_fields(StudyOptions)} and quickstart < study
+    assert {"--frontier-questions", "--control", "--permuted-reward", "--export", "--grpo-lr"} <= study - quickstart
+    # the main job is the study at its defaults: the same options, so the same stage fingerprints
+    assert StudyOptions.of(QuickstartOptions(grpo_steps=3)) == StudyOptions(grpo_steps=3)
+
+
 def test_cli_defaults_are_the_classes_defaults():
     args = cli.build_parser("serve").parse_args(["serve", "--index", "x"])
     assert {f: getattr(args, f) for f in ServerSettings.model_fields} == ServerSettings().model_dump()

@@ -22,9 +22,9 @@ logger = logging.getLogger("verl_search")
 
 #: sub-commands that need an extra: checked before the command imports anything of it
 NEEDS_EXTRA = {"eval": "verl", "check-config": "verl", "train": "verl", "preprocess": "verl",
-               "quickstart": "verl"}
+               "quickstart": "verl", "study": "verl"}
 #: sub-commands that drive verl: they stop on another verl version (verl_search.verl_config.version)
-NEEDS_VERL = {"eval", "check-config", "train", "quickstart"}
+NEEDS_VERL = {"eval", "check-config", "train", "quickstart", "study"}
 
 
 def _add_index_build_arguments(build) -> None:
@@ -101,6 +101,15 @@ def _add_quickstart_arguments(quick) -> None:
     from verl_search.quickstart.options import QuickstartOptions
 
     add_arguments(quick, QuickstartOptions)
+    quick.epilog = ("A learning study's flags (frontier questions, the permuted-reward control, group filtering, "
+                    "learning rates, token limits, --export): verl-search study --help.")
+
+
+def _add_study_arguments(study) -> None:
+    from verl_search.process.options import add_arguments
+    from verl_search.quickstart.options import StudyOptions
+
+    add_arguments(study, StudyOptions)
 
 
 def _add_config_path_arguments(paths) -> None:
@@ -122,6 +131,9 @@ SUBCOMMANDS = {
     "config-path": ("print the absolute path of a shipped verl YAML", _add_config_path_arguments),
     "quickstart": ("index, evaluate, cold start, GRPO and evaluate again on the mini corpus, on the CPU, one report",
                    _add_quickstart_arguments),
+    "study": ("the quickstart's stages with a learning study's: frontier questions and probes, the permuted-reward "
+              "control, group filtering, learning rates, token limits, --export (docs/learning-run.md)",
+              _add_study_arguments),
 }
 
 
@@ -247,10 +259,10 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from verl_search.process.options import build
-    from verl_search.quickstart.options import QuickstartOptions
+    from verl_search.quickstart.options import QuickstartOptions, StudyOptions
     from verl_search.quickstart.pipeline import run_quickstart
 
-    run_quickstart(build(QuickstartOptions, args))
+    run_quickstart(build(StudyOptions if args.command == "study" else QuickstartOptions, args))
     logger.info("report written to %s/report.md", args.out)
     return 0
 
@@ -299,6 +311,7 @@ COMMANDS = {
     ("download", None): cmd_download,
     ("config-path", None): cmd_config_path,
     ("quickstart", None): cmd_quickstart,
+    ("study", None): cmd_quickstart,
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 from verl_search.eval.report import by_question
 from verl_search.quickstart.frontier import (frontier_ids, sampled_success, trained_measure, write_candidates,
                                              write_frontier)
-from verl_search.quickstart.options import QuickstartOptions
+from verl_search.quickstart.options import StudyOptions
 from verl_search.quickstart.report import probe_comparison
 
 
@@ -72,11 +72,11 @@ def test_an_f1_reward_puts_partly_answered_questions_at_the_frontier(tmp_path):
 def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):
     from verl_search.quickstart.pipeline import Quickstart
 
-    names = lambda **kw: [s.name for s in Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers",  # noqa: E731
+    names = lambda **kw: [s.name for s in Quickstart(StudyOptions(out=str(tmp_path), engine="transformers",  # noqa: E731
                                                                        **kw)).stages()]
     assert names() == ["index", "data", "cold_start", "grpo", "evaluate"]
     assert names(frontier_questions=40) == ["index", "data", "cold_start", "frontier", "grpo", "evaluate"]
-    run = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_questions=40))
+    run = Quickstart(StudyOptions(out=str(tmp_path), engine="transformers", frontier_questions=40))
     stages = {s.name: s for s in run.stages()}
     assert "frontier" in stages["grpo"].needs and "frontier_questions" in stages["frontier"].keys
     assert "reward" in stages["frontier"].keys  # the reward decides which questions are at the frontier
@@ -88,14 +88,14 @@ def test_frontier_stages_measure_the_probe_set_before_and_after(tmp_path):
     assert by_name["probe_grpo"].model == by_name["grpo"].model == str(tmp_path / "grpo" / "hf")
     assert (by_name["probe_grpo"].samples, by_name["grpo"].samples) == (8, 1)
     assert by_name["probe_cold_start"].data == [str(tmp_path / "data" / "frontier.parquet")]
-    without_sft = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_questions=40,
+    without_sft = Quickstart(StudyOptions(out=str(tmp_path), engine="transformers", frontier_questions=40,
                                                sft_examples=0))
     assert [name for name, _ in without_sft.evaluations()] == ["untrained", "probe_cold_start", "grpo", "probe_grpo"]
-    quickstart = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_samples=6))
+    quickstart = Quickstart(StudyOptions(out=str(tmp_path), engine="transformers", frontier_samples=6))
     options = quickstart.sampled("m", tmp_path / "frontier.parquet", "probe_grpo")
     assert (options.samples, options.temperature, options.out) == (6, 1.0, str(tmp_path / "eval" / "probe_grpo"))
     with pytest.raises(ValueError, match="--frontier-samples=1"):
-        QuickstartOptions(frontier_samples=1)
+        StudyOptions(frontier_samples=1)
 
 
 def test_the_probe_comparison_pairs_each_questions_sampled_reward():
@@ -138,7 +138,7 @@ def test_control_is_the_same_grpo_run_on_permuted_scores_in_one_command(tmp_path
     from verl_search.quickstart import grpo as grpo_module
     from verl_search.quickstart.pipeline import Quickstart
 
-    options = QuickstartOptions(out=str(tmp_path), engine="transformers", frontier_questions=40, control=True)
+    options = StudyOptions(out=str(tmp_path), engine="transformers", frontier_questions=40, control=True)
     stages = {s.name: s for s in Quickstart(options).stages()}
     (tmp_path / "cold_start").mkdir()
     (tmp_path / "cold_start" / "hf").symlink_to(tiny_qwen)  # both runs start from the cold-start model
@@ -157,9 +157,9 @@ def test_control_is_the_same_grpo_run_on_permuted_scores_in_one_command(tmp_path
                                                "+trainer.v1.sampler.sampler_kwargs.permute_seed"}, added
     assert set(calls["grpo"]) - set(calls["grpo_control"]) == set()
     with pytest.raises(ValueError, match="--control .*--permuted-reward"):
-        QuickstartOptions(control=True, permuted_reward=True)
+        StudyOptions(control=True, permuted_reward=True)
     with pytest.raises(ValueError, match="--control .*--grpo-steps"):
-        QuickstartOptions(control=True, grpo_steps=0)
+        StudyOptions(control=True, grpo_steps=0)
 
 
 def test_the_report_compares_the_control_with_the_start_model(tmp_path):
@@ -211,5 +211,5 @@ def test_balancing_keeps_as_many_first_as_last_named_golds_and_every_other_row(t
 
 def test_balancing_needs_frontier_questions():
     with pytest.raises(ValueError, match="--frontier-questions"):
-        QuickstartOptions(balance_positions=True)
-    assert QuickstartOptions(balance_positions=True, frontier_questions=8).balance_positions
+        StudyOptions(balance_positions=True)
+    assert StudyOptions(balance_positions=True, frontier_questions=8).balance_positions

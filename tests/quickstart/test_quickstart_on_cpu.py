@@ -47,10 +47,12 @@ TINY = ["--test-questions", "3", "--sft-examples", "4", "--sft-epochs", "1", "--
 
 
 def quickstart(out: Path, flags: list[str], logs: Path) -> tuple[subprocess.CompletedProcess, float]:
-    """`verl-search quickstart --out OUT FLAGS` from OUT's parent folder; its output is kept in `logs`."""
+    """`verl-search study --out OUT FLAGS` from OUT's parent folder (the quickstart's stages with the study flags
+    the tiny run and `--export` need; README's main job is `verl-search quickstart`, whose stages and
+    fingerprints are the study's at its defaults); its output is kept in `logs`."""
     env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "verl_search.cli", "quickstart", "--out", str(out), *flags],
+    result = subprocess.run([sys.executable, "-m", "verl_search.cli", "study", "--out", str(out), *flags],
                             cwd=out.parent, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     (logs / f"quickstart_{len(list(logs.glob('quickstart_*.log')))}.log").write_text(result.stdout + result.stderr)
     return result, time.perf_counter() - started
@@ -62,12 +64,12 @@ def attempts(out: Path) -> dict[str, int]:
 
 def flags_of(out: Path) -> list[str]:
     """The flags a finished run was made with (`report.json`'s options), but `--out` and `--export`."""
-    from verl_search.quickstart.options import QuickstartOptions
     from verl_search.process.options import flag_name, option_fields
+    from verl_search.quickstart.options import StudyOptions
 
     recorded = json.loads((out / "report.json").read_text())["meta"]["options"]
     flags = []
-    for spec in option_fields(QuickstartOptions):
+    for spec in option_fields(StudyOptions):
         value = recorded.get(spec.name)
         if spec.name in ("out", "export") or value is None or value == spec.default:
             continue

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
+from verl_search.quickstart.options import QuickstartOptions, StudyOptions, for_model, protocol_options, response_length
 from verl_search.quickstart.pipeline import Stage, StageRecord, needs_run, read_record, run_stages, write_record
 from verl_search.quickstart.report import (
     comparisons_table,
@@ -155,7 +155,7 @@ def test_never_started_stage_needs_a_run(tmp_path):
 def test_training_and_every_evaluation_read_one_protocol(tmp_path, tiny_qwen):
     from verl_search.quickstart.grpo import grpo_overrides
 
-    options = QuickstartOptions(max_turns=3, topk=4, max_tokens_per_turn=50, max_obs_tokens=70, temperature=0.0)
+    options = StudyOptions(max_turns=3, topk=4, max_tokens_per_turn=50, max_obs_tokens=70, temperature=0.0)
     protocol = protocol_options(options, tmp_path / "index")
     assert protocol.response_length == response_length(options) == 3 * (50 + 70) + 50
     untrained = for_model(protocol, "smollm2", tmp_path / "t.parquet", tmp_path / "e1")

@@ -231,11 +231,11 @@ def test_the_answer_filter_drops_groups_that_differ_only_by_format_credit(tmp_pa
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
     from verl_search.quickstart.grpo import REWARD_WEIGHTS, filter_metric_key, grpo_overrides, shipped_recipe
-    from verl_search.quickstart.options import QuickstartOptions, protocol_options
+    from verl_search.quickstart.options import StudyOptions, protocol_options
     from verl_search.rewards import compute_score
     from verl_search.verl_config.compose import compose_verl_config
 
-    protocol = protocol_options(QuickstartOptions(), tmp_path / "index")
+    protocol = protocol_options(StudyOptions(), tmp_path / "index")
     (tmp_path / "model").mkdir()  # the overrides read the model's config (its largest tensor); nothing is loaded
     (tmp_path / "model" / "config.json").write_text(json.dumps({"vocab_size": 1000, "hidden_size": 64}))
     common = dict(model=str(tmp_path / "model"), train_file=tmp_path / "a", val_file=tmp_path / "b", out=tmp_path, steps=1,
@@ -268,4 +268,4 @@ def test_the_answer_filter_drops_groups_that_differ_only_by_format_credit(tmp_pa
     with pytest.raises(ValueError, match="filter_metric='score'"):
         filter_metric_key("score")
     with pytest.raises(ValueError, match="--filter-metric answer"):
-        QuickstartOptions(filter_metric="answer", filter_groups=False)
+        StudyOptions(filter_metric="answer", filter_groups=False)

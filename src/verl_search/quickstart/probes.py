@@ -13,7 +13,7 @@ from pathlib import Path
 
 from verl_search.eval.compare import paired_bootstrap
 
-#: the control run's name (`verl-search quickstart --control`): GRPO on scores shuffled within each step; its
+#: the control run's name (`verl-search study --control`): GRPO on scores shuffled within each step; its
 #: folder, evaluation and probe are named after it, and the report compares it with GRPO's start model
 CONTROL = "grpo_control"
 
