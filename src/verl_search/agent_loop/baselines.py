@@ -66,7 +66,7 @@ class AnswerAgentLoop(SearchR1AgentLoop):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """Roll out one trajectory; see the module docstring."""
-        request_id, trajectory = uuid4().hex, _Trajectory()
+        request_id, trajectory = uuid4().hex, _Trajectory(self.response_length)
         prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
         await self._answer_turn(request_id, prompt_ids, sampling_params, trajectory)
         return self._finish(prompt_ids, trajectory)
@@ -80,7 +80,7 @@ class AnswerAgentLoop(SearchR1AgentLoop):
     async def _answer_turn(self, request_id: str, prompt_ids: list[int], sampling_params: dict,
                            trajectory: _Trajectory) -> dict:
         """The model's turn, stopped at `</answer>` (or EOS, or the token limits)."""
-        remaining = self.response_length - len(trajectory.response_ids)
+        remaining = trajectory.remaining()
         return await self._model_turn(request_id, prompt_ids, sampling_params, remaining, trajectory, stops=list(STOP))
 
     def _finish(self, prompt_ids: list[int], trajectory: _Trajectory) -> AgentLoopOutput:
@@ -107,7 +107,7 @@ class RAGAgentLoop(AnswerAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """Roll out one trajectory; see the module docstring."""
         messages, question, topk = self._row(kwargs)
-        request_id, trajectory = uuid4().hex, _Trajectory()
+        request_id, trajectory = uuid4().hex, _Trajectory(self.response_length)
         retrieval = self._retrieval_turn(trajectory)
         outcome = await self._search(question, topk, retrieval, trajectory)
         passages = (format_results([question], outcome.hits)[0] + "\n" if outcome.ok

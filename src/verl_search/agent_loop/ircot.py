@@ -69,13 +69,13 @@ class IRCoTAgentLoop(RAGAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """Roll out one trajectory; see the module docstring."""
         messages, question, topk = self._row(kwargs)
-        request_id, trajectory = uuid4().hex, _Trajectory()
+        request_id, trajectory = uuid4().hex, _Trajectory(self.response_length)
         collected: dict[str, dict] = {}  # passage id -> document, in the order collected
         await self._retrieve(question, topk, self._retrieval_turn(trajectory), trajectory, collected)
         for step in range(self.max_retrievals):
             passages = ircot.format_passages(list(collected.values()))
             prompt_ids, _, _ = await self._fit_prompt(messages, passages, None)
-            remaining = self.response_length - len(trajectory.response_ids)
+            remaining = trajectory.remaining()
             if remaining <= 0:
                 break
             last = step == self.max_retrievals - 1
@@ -104,7 +104,7 @@ class IRCoTAgentLoop(RAGAgentLoop):
             else:
                 break
             budget = min(self.max_tokens_per_turn - record["generated_tokens"],
-                         self.response_length - len(trajectory.response_ids))
+                         trajectory.remaining())
             if budget <= 0:
                 break
             more = await self._model_turn(request_id, prompt_ids, sampling_params, budget, trajectory,

@@ -78,7 +78,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         prompt_ids, topk, request_id, trajectory = await self._start(kwargs)
         trajectory.extra_fields[ENDED_WITH_EOS] = False
         searches = 0
-        while (remaining := self.response_length - len(trajectory.response_ids)) > 0:
+        while (remaining := trajectory.remaining()) > 0:
             record = await self._turn(request_id, prompt_ids, sampling_params, remaining, trajectory)
             action = research.parse_action(record["generated"])
             record["action"] = action.kind  # what `search/valid_turns/share` counts (the turn's own protocol)
@@ -101,18 +101,17 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
 
     async def _result(self, query: str, topk: int, record: dict, trajectory: _Trajectory) -> bool:
         """Search `query` and append its `<result>` block; False if it does not fit."""
-        room = min(self.max_obs_tokens, self.response_length - len(trajectory.response_ids))
+        budget = trajectory.observation_budget(self.max_obs_tokens, self.min_tokens_after_observation)
         started = time.perf_counter()
         outcome = await client.search([query], self.client_config, topk=topk)
         trajectory.search_s += time.perf_counter() - started
         record_search(trajectory, outcome)
-        body = (research.format_passages([doc.get("contents", "") for doc in outcome.hits[0]]) if outcome.ok
-                else SEARCH_FAILED_PREFIX + outcome.error)
-        ids, truncated = research.result_tokens(body, self._encode, room)
+        ids, truncated = (research.passages_result_tokens(outcome.hits[0], self._encode, budget) if outcome.ok
+                          else research.result_tokens(SEARCH_FAILED_PREFIX + outcome.error, self._encode, budget))
         record.update(query=query, search_failed=not outcome.ok, truncated=truncated)
         if not ids:
             return False
-        trajectory.append(ids, 0)
+        trajectory.add_observation(ids)
         record["observation"] = self._decode(ids)
         return True
 

@@ -24,6 +24,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
 from verl_search.protocol.tokens import cut_at_first_stop, observation_tokens
+from verl_search.protocol.trajectory import ResponseTokens
 from verl_search.protocol.vocabulary import (
     ANSWERED,
     FAILED_SEARCHES,
@@ -39,19 +40,18 @@ from verl_search.protocol.vocabulary import (
 )
 from verl_search.tools import client
 from verl_search.tools.client import record_search
-from verl_search.tools.formatting import format_results
+from verl_search.tools.formatting import information_tokens
 from verl_search.verl_config.version import check_verl_version
 
 logger = logging.getLogger(__name__)
 
 
-class _Trajectory:
-    """Token buffers and counters of one rollout (also what `record_search` updates)."""
+class _Trajectory(ResponseTokens):
+    """Token buffers (`protocol.trajectory.ResponseTokens`, the builder the cold start uses too) and counters of
+    one rollout (also what `record_search` updates)."""
 
-    def __init__(self):
-        self.response_ids: list[int] = []
-        self.mask: list[int] = []
-        self.logprobs: list[float] | None = None
+    def __init__(self, response_length: int):
+        super().__init__(response_length)
         self.turns: list[dict] = []
         self.extra_fields: dict[str, Any] = {NUM_SEARCHES: 0, FAILED_SEARCHES: 0, INVALID_ACTIONS: 0,
                                              ANSWERED: False}
@@ -70,14 +70,6 @@ class _Trajectory:
             metrics={"generate_sequences": self.generate_s, "tool_calls": self.search_s},
             extra_fields={**self.extra_fields, "turn_scores": [], "tool_rewards": []},
         )
-
-    def append(self, ids: list[int], mask_value: int, logprobs: list[float] | None = None) -> None:
-        self.response_ids += ids
-        self.mask += [mask_value] * len(ids)
-        if logprobs is not None and self.logprobs is None:
-            self.logprobs = [0.0] * (len(self.response_ids) - len(ids))
-        if self.logprobs is not None:
-            self.logprobs += logprobs[: len(ids)] if logprobs is not None else [0.0] * len(ids)
 
 
 class SearchR1AgentLoop(AgentLoopBase):
@@ -150,13 +142,14 @@ class SearchR1AgentLoop(AgentLoopBase):
         `tools_kwargs.search.create_kwargs.topk` overrides the loop's top-k)."""
         prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
         create_kwargs = (kwargs.get("tools_kwargs") or {}).get(SEARCH_TOOL, {}).get("create_kwargs", {}) or {}
-        return prompt_ids, int(create_kwargs.get("topk") or self.client_config.topk), uuid4().hex, _Trajectory()
+        topk = int(create_kwargs.get("topk") or self.client_config.topk)
+        return prompt_ids, topk, uuid4().hex, _Trajectory(self.response_length)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         """Roll out one trajectory; see the class docstring for the protocol."""
         prompt_ids, topk, request_id, trajectory = await self._start(kwargs)
         for turn in range(self.max_turns + 1):
-            remaining = self.response_length - len(trajectory.response_ids)
+            remaining = trajectory.remaining()
             if remaining <= 0:
                 break
             record = await self._model_turn(request_id, prompt_ids, sampling_params, remaining, trajectory)
@@ -184,32 +177,34 @@ class SearchR1AgentLoop(AgentLoopBase):
         first_end = next((i for i, token in enumerate(ids) if token in end_ids), None)
         ids = cut_at_first_stop(ids if first_end is None else ids[: first_end + 1], self._decode, list(stops))
         ids = ids[:remaining]
-        trajectory.append(ids, 1, output.log_probs)
+        trajectory.add_model_turn(ids, output.log_probs)
         record = {"generated": self._decode(ids), "generated_tokens": len(ids)}
         trajectory.turns.append(record)
         return record
 
     async def _observe(self, action, topk: int, last: bool, record: dict, trajectory: _Trajectory) -> bool:
         """Append the environment's answer to a non-final turn; False if it does not fit."""
-        room = self.response_length - len(trajectory.response_ids) - self.min_tokens_after_observation
+        budget = trajectory.observation_budget(self.max_obs_tokens, self.min_tokens_after_observation)
         notice = LAST_SEARCH_NOTICE if last and self.last_search_notice else ""
         if action.kind == "search":
             started = time.perf_counter()
             outcome = await client.search([action.content], self.client_config, topk=topk)
             trajectory.search_s += time.perf_counter() - started
             record_search(trajectory, outcome)
-            body = (format_results([action.content], outcome.hits, self.max_chars_per_passage)[0] if outcome.ok
-                    else SEARCH_FAILED_PREFIX + outcome.error)
-            ids, truncated = observation_tokens(body, self._encode, min(self.max_obs_tokens, room), notice)
+            if outcome.ok:
+                ids, truncated = information_tokens(action.content, outcome.hits[0], self._encode, budget, notice,
+                                                    self.max_chars_per_passage)
+            else:
+                ids, truncated = observation_tokens(SEARCH_FAILED_PREFIX + outcome.error, self._encode, budget, notice)
             record.update(query=action.content, search_failed=not outcome.ok, truncated=truncated)
         else:
             trajectory.extra_fields[INVALID_ACTIONS] += 1
             ids = self._encode(INVALID_ACTION_MESSAGE + (notice.strip() + "\n" if notice else ""))
-            if len(ids) > room:
+            if len(ids) > trajectory.remaining() - self.min_tokens_after_observation:
                 ids = []
         if not ids:
             return False
-        trajectory.append(ids, 0)
+        trajectory.add_observation(ids)
         record["observation"] = self._decode(ids)
         return True
 

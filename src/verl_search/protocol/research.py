@@ -129,6 +129,18 @@ def result_tokens(body: str, encode, max_tokens: int) -> tuple[list[int], bool]:
     return observation_tokens(body, encode, max_tokens, prefix=RESULT_PREFIX, suffix=RESULT_SUFFIX)[0], True
 
 
+def passages_result_tokens(documents: list[dict], encode, max_tokens: int) -> tuple[list[int], bool]:
+    """The ReSearch observation of one search, as token ids: `documents`' `contents` (`{"id", "contents"}`, the
+    retriever's top-k) in `format_passages`' text inside `result_tokens`' block, at most `max_tokens`. What
+    `ReSearchAgentLoop` appends after a search and what the cold start's ReSearch trajectories hold
+    (`training.cold_start.trajectory_tokens`): one function, both callers.
+
+    Returns:
+        `(token_ids, truncated)`; `token_ids` is empty when even the frame does not fit.
+    """
+    return result_tokens(format_passages([str(d.get("contents", "")) for d in documents]), encode, max_tokens)
+
+
 def search_query(turn: str) -> str:
     """The query of a model turn: the text between the last `<search>` before the last `</search>`
     and that `</search>`, stripped; `""` when there is none (`extract_search_content`).

@@ -13,6 +13,8 @@ fit are left out whole, and the text says how many were left out.
 
 from __future__ import annotations
 
+from verl_search.protocol.tokens import observation_tokens
+
 
 def format_passage(index: int, document: dict, max_chars: int | None = None, show_id: bool = False) -> str:
     """`Doc {index}(Title: {title}) {text}`; the text is cut to `max_chars` characters (then `...`).
@@ -81,3 +83,18 @@ def format_results(
 
 def _truncation_note(dropped: int) -> str:
     return f"\n[truncated: {dropped} more passage{'s' if dropped != 1 else ''} not shown]"
+
+
+def information_tokens(query: str, documents: list[dict], encode, max_tokens: int, notice: str = "",
+                       max_chars_per_passage: int | None = None) -> tuple[list[int], bool]:
+    """The Search-R1 observation of one search, as token ids: `documents` (`{"id", "contents"}`, the
+    retriever's top-k for `query`) in `format_results`' text inside `\\n\\n<information>...</information>\\n\\n`,
+    `notice` before the closing tag, at most `max_tokens` (`protocol.tokens.observation_tokens`: the body cut by
+    tokens, the frame kept). What `SearchR1AgentLoop` appends after a search and what the cold start's
+    trajectories hold (`training.cold_start.trajectory_tokens`): one function, both callers.
+
+    Returns:
+        `(token_ids, truncated)`; `token_ids` is empty when even the frame does not fit.
+    """
+    body = format_results([query], [documents], max_chars_per_passage)[0]
+    return observation_tokens(body, encode, max_tokens, notice)

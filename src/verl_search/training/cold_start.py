@@ -5,7 +5,9 @@ SmolLM2-135M-Instruct, prompted with Search-R1's instructions, does not close a 
 RL has no signal. DeepSeek-R1 (arXiv 2501.12948, section 2.3.1) calls the small supervised warm-up
 that fixes this a "cold start".
 
-A trajectory is built token for token as `SearchR1AgentLoop` builds one (`trajectory_tokens`):
+A trajectory is built with the agent loops' own builder (`trajectory_tokens`: `protocol.trajectory.
+ResponseTokens`, the observation functions `tools.formatting.information_tokens` and
+`protocol.research.passages_result_tokens`), so it is token for token what `SearchR1AgentLoop` builds:
 the prompt through verl's Continuous Token builder (the agent loop's `ct_build_initial_tokens`),
 the model turn `<think> .. </think>\\n<search> QUESTION </search>`, the observation of the real
 retriever's top-k passages framed by the agent loop's own `observation_tokens` (with the
@@ -162,7 +164,9 @@ def prompt_builder(model: str | os.PathLike, tokenizer):
 def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: int, max_obs_tokens: int,
                       response_length: int, min_tokens_after_observation: int = 64, protocol: str = "search_r1",
                       end_ids: list[int] | None = None, last_search_notice: bool = False) -> tuple[list[int], list[int]]:
-    """`(input_ids, loss_mask)` of one search-then-answer trajectory (prompt + response).
+    """`(input_ids, loss_mask)` of one search-then-answer trajectory (prompt + response), built with the agent
+    loops' own builder (`protocol.trajectory.ResponseTokens`) and observation functions
+    (`tools.formatting.information_tokens`, `protocol.research.passages_result_tokens`).
 
     Args:
         row: a verl row of the tag protocol (`prompt`, `extra_info.question`, `reward_model`).
@@ -179,9 +183,9 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
     Raises:
         ValueError: `max_turns` is 0 (the protocol allows no search).
     """
-    from verl_search.protocol.tokens import observation_tokens
+    from verl_search.protocol.trajectory import ResponseTokens
     from verl_search.protocol.vocabulary import LAST_SEARCH_NOTICE
-    from verl_search.tools.formatting import format_results
+    from verl_search.tools.formatting import information_tokens
 
     if max_turns < 1:
         raise ValueError(f"max_turns={max_turns}: a search-then-answer trajectory needs max_turns >= 1")
@@ -191,35 +195,25 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
 
     prompt = list(builder.build_initial_tokens([dict(m) for m in row["prompt"]]))
     question = row["extra_info"]["question"].strip()
-    if protocol == "research":
-        return _research_tokens(prompt, question, hits, row, encode, max_obs_tokens, response_length,
-                                min_tokens_after_observation, end_ids or [tokenizer.eos_token_id])
-    search = encode(SEARCH_TURN.format(question=question))
+    gold = row["reward_model"]["ground_truth"]["target"][0]
     documents = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
-    room = response_length - len(search) - min_tokens_after_observation
-    notice = LAST_SEARCH_NOTICE if max_turns == 1 and last_search_notice else ""
-    observation, _ = observation_tokens(format_results([question], [documents])[0], encode,
-                                        min(max_obs_tokens, room), notice)
-    answer = encode(ANSWER_TURN.format(answer=row["reward_model"]["ground_truth"]["target"][0]))
-    ids = prompt + search + observation + answer
-    mask = [0] * len(prompt) + [1] * len(search) + [0] * len(observation) + [1] * len(answer)
-    return ids, mask
+    response = ResponseTokens(response_length)
+    if protocol == "research":
+        from verl_search.protocol import research
 
-
-def _research_tokens(prompt, question, hits, row, encode, max_obs_tokens, response_length,
-                     min_tokens_after_observation, end_ids) -> tuple[list[int], list[int]]:
-    """`trajectory_tokens` of the ReSearch protocol: its turns, its `<result>` block (one string, cut by tokens
-    with `</result>` kept when it does not fit), the answer turn ending with `end_ids[0]`."""
-    from verl_search.protocol import research
-
-    search = encode(RESEARCH_SEARCH_TURN.format(question=question))
-    room = min(max_obs_tokens, response_length - len(search) - min_tokens_after_observation)
-    observation, _ = research.result_tokens(research.format_passages([h.passage.contents for h in hits]), encode,
-                                            room)
-    answer = encode(RESEARCH_ANSWER_TURN.format(answer=row["reward_model"]["ground_truth"]["target"][0])) + end_ids[:1]
-    ids = prompt + search + observation + answer
-    mask = [0] * len(prompt) + [1] * len(search) + [0] * len(observation) + [1] * len(answer)
-    return ids, mask
+        # ReSearchAgentLoop: no room kept after a result (its min_tokens_after_observation is 0)
+        response.add_model_turn(encode(RESEARCH_SEARCH_TURN.format(question=question)))
+        response.add_observation(research.passages_result_tokens(documents, encode,
+                                                                 response.observation_budget(max_obs_tokens))[0])
+        end = (end_ids or [tokenizer.eos_token_id])[:1]
+        response.add_model_turn(encode(RESEARCH_ANSWER_TURN.format(answer=gold)) + end)
+    else:
+        notice = LAST_SEARCH_NOTICE if max_turns == 1 and last_search_notice else ""
+        response.add_model_turn(encode(SEARCH_TURN.format(question=question)))
+        budget = response.observation_budget(max_obs_tokens, min_tokens_after_observation)
+        response.add_observation(information_tokens(question, documents, encode, budget, notice)[0])
+        response.add_model_turn(encode(ANSWER_TURN.format(answer=gold)))
+    return prompt + response.response_ids, [0] * len(prompt) + response.mask
 
 
 def write_trajectories(chosen: list[tuple[dict, list]], tokenizer, builder, path: Path,
