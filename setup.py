@@ -5,7 +5,7 @@ no torch, so it can live in an environment of its own, as every Search-R1 guide 
 `[dense]` (faiss-cpu + sentence-transformers, needs torch: `pip install torch==2.13.0` first on CPU
 machines), `[dense-gpu]` (faiss on GPUs, for the retrieval service), `[vllm]` / `[sglang]` / `[megatron]`
 (the trainer on GPUs: verl with one rollout engine / Megatron-LM), `[ray]` (Ray Serve: `serve --ray`), `[verl]` (SearchTool, agent loop, rewards, preprocessing, eval, check-config)
-and `[test]`. `src/verl_search/process/extras.py` names the extra each command needs.
+and `[test]`. `src/verl_search/runtime/extras.py` names the extra each command needs.
 """
 
 import re

@@ -5,7 +5,7 @@ functions included.
 * `MAY_IMPORT`: for each folder of `verl_search`, the folders of ours it may import. The table is
   ARCHITECTURE.md's (a test compares them), it has no circle (so no two folders import each other),
   and every import of ours keeps to it.
-* Outside ours: `protocol/` imports the standard library only; `process/`, `retrieval/` and `server/`
+* Outside ours: `agent_protocol/` imports the standard library only; `runtime/`, `retrieval/` and `server/`
   never import verl, and `retrieval/` no HTTP library (retrievers know no HTTP and no verl).
 
 Beyond the direct imports, the retrieval service's whole import graph (server, retrieval and
@@ -28,27 +28,28 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "ARCHITECTURE.md"
 
 #: folder -> the folders of ours it may import (lower floors first; `cli.py` may import any)
 MAY_IMPORT = {
-    "protocol": (),
-    "process": (),
-    "rewards": ("protocol",),
-    "datasets": ("protocol", "rewards"),
-    "retrieval": ("datasets", "process"),
-    "server": ("process", "protocol", "retrieval"),
-    "llm": ("process", "protocol"),
-    "verl_config": ("process", "protocol"),
-    "tools": ("process", "protocol", "server", "verl_config"),
-    "cpu": ("llm", "process", "verl_config"),
-    "agent_loop": ("llm", "protocol", "tools", "verl_config"),
-    "training": ("cpu", "datasets", "llm", "process", "protocol", "retrieval", "rewards", "tools", "verl_config"),
-    "eval": ("cpu", "datasets", "llm", "protocol", "retrieval", "rewards", "server", "verl_config"),
-    "quickstart": ("cpu", "datasets", "eval", "llm", "process", "protocol", "retrieval", "rewards", "server",
+    "agent_protocol": (),
+    "runtime": (),
+    "rewards": ("agent_protocol",),
+    "datasets": ("agent_protocol", "rewards"),
+    "retrieval": ("datasets", "runtime"),
+    "server": ("agent_protocol", "retrieval", "runtime"),
+    "llm": ("agent_protocol", "runtime"),
+    "verl_config": ("agent_protocol", "runtime"),
+    "tools": ("agent_protocol", "runtime", "server", "verl_config"),
+    "cpu": ("llm", "runtime", "verl_config"),
+    "agent_loop": ("agent_protocol", "llm", "tools", "verl_config"),
+    "training": ("agent_protocol", "cpu", "datasets", "llm", "retrieval", "rewards", "runtime", "tools",
+                 "verl_config"),
+    "eval": ("agent_protocol", "cpu", "datasets", "llm", "retrieval", "rewards", "server", "verl_config"),
+    "quickstart": ("agent_protocol", "cpu", "datasets", "eval", "llm", "retrieval", "rewards", "runtime", "server",
                    "training", "verl_config"),
     "configs": (),
 }
 #: the HTTP libraries (a retriever knows none of them)
 HTTP = ("fastapi", "starlette", "uvicorn", "aiohttp", "httpx", "requests")
 #: folder -> modules outside ours it never imports
-NEVER_OUTSIDE = {"process": ("verl",), "retrieval": ("verl", *HTTP), "server": ("verl",)}
+NEVER_OUTSIDE = {"runtime": ("verl",), "retrieval": ("verl", *HTTP), "server": ("verl",)}
 #: the folders of the verl side (the retrieval service never reaches them)
 VERL_SIDE = tuple(f"verl_search.{folder}" for folder in
                   ("tools", "agent_loop", "eval", "llm", "training", "quickstart", "verl_config", "cpu"))
@@ -150,7 +151,7 @@ def test_a_forbidden_import_is_found(tmp_path, monkeypatch):
         (package / folder).mkdir(parents=True)
         (package / folder / "__init__.py").write_text("", encoding="utf-8")
     (package / "retrieval" / "probe.py").write_text(
-        "from verl_search.process import env\n\ndef f():\n    from verl_search.eval import harness\n    import httpx\n",
+        "from verl_search.runtime import env\n\ndef f():\n    from verl_search.eval import harness\n    import httpx\n",
         encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     assert violations("retrieval") == ["verl_search/retrieval/probe.py:4 imports verl_search.eval",
@@ -169,11 +170,11 @@ def test_protocol_is_standard_library_only():
     import sys
 
     stdlib = set(sys.stdlib_module_names) | {"__future__", "verl_search"}  # ours: checked above
-    files = sorted((PACKAGE / "protocol").glob("*.py"))
+    files = sorted((PACKAGE / "agent_protocol").glob("*.py"))
     assert {path.name for path in files} >= {"__init__.py", "vocabulary.py", "tokens.py"}
     for path in files:
         names = {name.split(".")[0] for _, name in imports_of(path)}
-        assert names <= stdlib, f"verl_search.protocol.{path.stem} imports {sorted(names - stdlib)}"
+        assert names <= stdlib, f"verl_search.agent_protocol.{path.stem} imports {sorted(names - stdlib)}"
 
 
 def _import_graph() -> dict[str, set[str]]:

@@ -5,14 +5,14 @@ import sys
 from dataclasses import fields
 
 from verl_search import cli
-from verl_search.protocol.registry import get_protocol
+from verl_search.agent_protocol.registry import get_protocol
 from verl_search.eval.options import EvalOptions
-from verl_search.protocol.vocabulary import DEFAULT_TOPK
+from verl_search.agent_protocol.vocabulary import DEFAULT_TOPK
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.rerank import RerankOptions
-from verl_search.process import env
-from verl_search.process.options import flag_name, option_fields
+from verl_search.runtime import env
+from verl_search.runtime.options import flag_name, option_fields
 from verl_search.server.serve import RayOptions, ServeOptions
 from verl_search.server.settings import ServerSettings
 from verl_search.tools.client import SearchClientConfig

@@ -1,7 +1,7 @@
 """`verl-search` command line: `index build|check`, `serve`, `eval`, `train`, `check-config`, `preprocess`, ...
 
 `index build`, `index check` and `serve` run on the base install; `eval`, `check-config` and `preprocess` need the
-`[verl]` extra and exit 2 with the `pip install` line when it is missing (see `verl_search.process.extras`).
+`[verl]` extra and exit 2 with the `pip install` line when it is missing (see `verl_search.runtime.extras`).
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
 errors (bad paths, mismatched index) into a one-line message and exit code 2.
@@ -14,8 +14,8 @@ import logging
 import sys
 
 from verl_search import __version__
-from verl_search.process.exits import EXPECTED_ERRORS, configure_logging, exit_code
-from verl_search.process.extras import require_extra
+from verl_search.runtime.exits import EXPECTED_ERRORS, configure_logging, exit_code
+from verl_search.runtime.extras import require_extra
 from verl_search.verl_config.version import UnsupportedVerlVersion, check_verl_version
 
 logger = logging.getLogger("verl_search")
@@ -28,7 +28,7 @@ NEEDS_VERL = {"eval", "check-config", "train", "quickstart", "study"}
 
 
 def _add_index_build_arguments(build) -> None:
-    from verl_search.process.options import add_arguments
+    from verl_search.runtime.options import add_arguments
     from verl_search.retrieval.index_builder import BuildOptions
 
     build.add_argument("--corpus", required=True, help='JSONL corpus (.gz too): {"id": ..., "contents": "\\"Title\\"\\ntext"} '
@@ -40,7 +40,7 @@ def _add_index_build_arguments(build) -> None:
 def _add_index_check_arguments(check) -> None:
     from verl_search.eval.index_check import IndexCheckOptions
     from verl_search.retrieval.hybrid import HybridOptions
-    from verl_search.process.options import add_arguments
+    from verl_search.runtime.options import add_arguments
 
     check.add_argument("index", help="index folder (or a Search-R1 faiss file with --corpus and --encoder)")
     check.add_argument("--corpus", help="the JSONL corpus (default: the manifest's)")
@@ -59,7 +59,7 @@ def _add_eval_arguments(ev) -> None:
     # Defaults live in EvalOptions (one home): the flags are generated from it with default None,
     # meaning "EvalOptions' default". eval.options is standard library only.
     from verl_search.eval.options import EvalOptions
-    from verl_search.process.options import add_arguments
+    from verl_search.runtime.options import add_arguments
 
     from verl_search.datasets import DEFAULT_EVAL_DATA
 
@@ -76,7 +76,7 @@ def _add_check_config_arguments(check) -> None:
 
 def _add_preprocess_arguments(pre) -> None:
     from verl_search.datasets.preprocess import PreprocessOptions
-    from verl_search.process.options import add_arguments
+    from verl_search.runtime.options import add_arguments
 
     pre.add_argument("--input", action="append", nargs="+", required=True, dest="inputs",
                      help="[NAME=]PATH of FlashRAG JSONL (.gz too), or a shipped question set (mini-wiki:train); "
@@ -97,7 +97,7 @@ def _add_train_arguments(train) -> None:
 
 
 def _add_quickstart_arguments(quick) -> None:
-    from verl_search.process.options import add_arguments
+    from verl_search.runtime.options import add_arguments
     from verl_search.quickstart.options import QuickstartOptions
 
     add_arguments(quick, QuickstartOptions)
@@ -106,7 +106,7 @@ def _add_quickstart_arguments(quick) -> None:
 
 
 def _add_study_arguments(study) -> None:
-    from verl_search.process.options import add_arguments
+    from verl_search.runtime.options import add_arguments
     from verl_search.quickstart.options import StudyOptions
 
     add_arguments(study, StudyOptions)
@@ -141,7 +141,7 @@ def eval_options(args: argparse.Namespace):
     """`EvalOptions` of parsed `eval` flags: the flags given over `--preset`'s values over the class's defaults."""
     from verl_search.eval.options import EvalOptions
     from verl_search.eval.presets import with_preset
-    from verl_search.process.options import build
+    from verl_search.runtime.options import build
 
     from verl_search.datasets import DEFAULT_EVAL_DATA
 
@@ -243,7 +243,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_preprocess(args: argparse.Namespace) -> int:
     from verl_search.datasets.preprocess import PreprocessOptions, preprocess
-    from verl_search.process.options import build
+    from verl_search.runtime.options import build
 
     preprocess(build(PreprocessOptions, args, inputs=[spec for group in args.inputs for spec in group]))
     return 0
@@ -258,7 +258,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from verl_search.process.options import build
+    from verl_search.runtime.options import build
     from verl_search.quickstart.options import QuickstartOptions, StudyOptions
     from verl_search.quickstart.pipeline import run_quickstart
 
@@ -275,7 +275,7 @@ def cmd_config_path(args: argparse.Namespace) -> int:
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
-    from verl_search.process.options import build
+    from verl_search.runtime.options import build
     from verl_search.retrieval.index_builder import BuildOptions, build_index
 
     manifest = build_index(args.corpus, args.out, build(BuildOptions, args))
@@ -286,7 +286,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
 def cmd_index_check(args: argparse.Namespace) -> int:
     from verl_search.eval.index_check import IndexCheckOptions, check_index
     from verl_search.retrieval.hybrid import HybridOptions
-    from verl_search.process.options import build
+    from verl_search.runtime.options import build
 
     result = check_index(args.index, build(IndexCheckOptions, args), build(HybridOptions, args),
                          corpus=args.corpus, encoder=args.encoder)

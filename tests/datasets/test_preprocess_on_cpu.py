@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO, SHARED
 from verl_search.datasets.preprocess import RowError, Source, build_rows, make_row, read_examples, write_parquet
-from verl_search.protocol.search_r1 import SEARCH_R1_TEMPLATE
+from verl_search.agent_protocol.search_r1 import SEARCH_R1_TEMPLATE
 
 
 def test_make_row_tool_protocol():

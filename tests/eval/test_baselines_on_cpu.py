@@ -14,8 +14,8 @@ from tests.verl_helpers import ScriptedLLM
 from verl_search.datasets.preprocess import make_row, write_parquet
 from verl_search.eval.harness import EvalOptions, run_eval
 from verl_search.eval.rows import select_rows
-from verl_search.protocol import baselines, ircot
-from verl_search.protocol.registry import get_protocol
+from verl_search.agent_protocol import baselines, ircot
+from verl_search.agent_protocol.registry import get_protocol
 
 QA = [json.loads(line) for line in MINI_QA.read_text().splitlines()]
 GALLU = next(r for r in QA if r["question"] == "If Gallu is a demon Lilu is what?")  # gold "a spirit"

@@ -221,7 +221,7 @@ def research_search_then_answer(prompt_text, turn):
 
 def test_eval_with_the_research_protocol(tmp_path, tiny_qwen, bm25_server):
     """`--protocol research`: ReSearch's prompt, `<result>` observations of 5 passages, its reward."""
-    from verl_search.protocol.research import SYSTEM_PROMPT
+    from verl_search.agent_protocol.research import SYSTEM_PROMPT
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     llm = ScriptedLLM(tokenizer, research_search_then_answer)

@@ -11,7 +11,7 @@ import pytest
 from verl_search import cli
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.presets import PRESETS, PresetName, get_preset, with_preset
-from verl_search.process.options import flag_name, option_fields
+from verl_search.runtime.options import flag_name, option_fields
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "eval.md"
 FLAGS = {flag_name(spec): spec.name for spec in option_fields(EvalOptions)}

@@ -17,7 +17,7 @@ from tests.conftest import MINI_QA
 from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens, tag_agent_config
 from verl_search.datasets.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
-from verl_search.protocol import research
+from verl_search.agent_protocol import research
 from verl_search.server.local import free_port
 from verl_search.verl_config.shipped import config_path
 

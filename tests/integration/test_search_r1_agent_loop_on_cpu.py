@@ -18,7 +18,7 @@ from tests.verl_helpers import ScriptedLLM, calls_for, row_tokens, tag_agent_con
 from verl_search.verl_config.shipped import config_path
 from verl_search.datasets.preprocess import make_row, write_parquet
 from verl_search.eval.batch import load_dataset, make_batch
-from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
+from verl_search.agent_protocol.vocabulary import INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, STOP_STRINGS
 from verl_search.tools.formatting import format_results
 from verl_search.server.local import free_port
 

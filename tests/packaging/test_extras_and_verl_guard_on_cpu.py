@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO
 from verl_search import cli
-from verl_search.process.extras import MissingExtraError, install_line, require_extra
+from verl_search.runtime.extras import MissingExtraError, install_line, require_extra
 from verl_search.verl_config import version
 
 RECIPE = REPO / "examples" / "grpo_qwen2.5-3b-instruct_tool" / "config.yaml"

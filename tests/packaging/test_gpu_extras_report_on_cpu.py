@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from verl_search.process.extras import EXTRAS
+from verl_search.runtime.extras import EXTRAS
 from verl_search.verl_config.version import SUPPORTED_VERL_VERSION
 
 CHECKER = REPO / ".ci" / "check_install_report.py"

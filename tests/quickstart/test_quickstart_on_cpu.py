@@ -64,7 +64,7 @@ def attempts(out: Path) -> dict[str, int]:
 
 def flags_of(out: Path) -> list[str]:
     """The flags a finished run was made with (`report.json`'s options), but `--out` and `--export`."""
-    from verl_search.process.options import flag_name, option_fields
+    from verl_search.runtime.options import flag_name, option_fields
     from verl_search.quickstart.options import StudyOptions
 
     recorded = json.loads((out / "report.json").read_text())["meta"]["options"]

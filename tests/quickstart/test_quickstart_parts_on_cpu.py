@@ -289,7 +289,7 @@ def test_grpo_agent_loop_yaml_sets_every_shipped_loops_limits(tmp_path):
     limits, each loop with a search cap gets `--max-turns` under its own key, and the URL stays `$VERL_SEARCH_URL`."""
     import yaml
 
-    from verl_search.protocol.registry import search_cap_keys
+    from verl_search.agent_protocol.registry import search_cap_keys
     from verl_search.quickstart.grpo import URL_INTERPOLATION, agent_loop_yaml
     from verl_search.quickstart.options import protocol_options
     from verl_search.verl_config.shipped import config_path

@@ -138,7 +138,7 @@ def test_conditional_metrics_split_by_what_the_model_saw():
     assert (m["top_title"]["n"], m["top_title"]["em"]) == (5, pytest.approx(2 / 6))
     assert passage_title('Doc 1(Title: "Jaws (film)", id: 7) text') == "Jaws (film)"
     # the IRCoT baseline's observation, as its protocol renders passages
-    from verl_search.protocol.ircot import format_passages
+    from verl_search.agent_protocol.ircot import format_passages
 
     assert passage_title(format_passages([{"contents": '"Jaws (film)"\nJaws is a 1975 film.'}])) == "Jaws (film)"
     table = conditional_table({"model": m})

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import MINI_QA, REPO
 from verl_search.datasets.preprocess import Source, build_rows, write_parquet
-from verl_search.process.extras import install_line
+from verl_search.runtime.extras import install_line
 from verl_search.verl_config.check import check_config
 from verl_search.verl_config.shipped import config_path
 

@@ -17,8 +17,8 @@ from verl_search.retrieval.index_builder import BuildOptions
 from verl_search.retrieval.loader import resolve_index
 from verl_search.retrieval.manifest import IndexMismatchError, Manifest
 from verl_search.retrieval.quantize import CALIBRATION_PASSAGES, INT8_FILE, calibration_passages
-from verl_search.process.extras import install_line
-from verl_search.process.options import add_arguments
+from verl_search.runtime.extras import install_line
+from verl_search.runtime.options import add_arguments
 
 
 def _installed(module: str) -> bool:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from verl_search.retrieval.encoder import set_encoder_threads
-from verl_search.process.options import build
+from verl_search.runtime.options import build
 from verl_search.server.command import add_serve_arguments
 from verl_search.server.serve import ServeOptions
 

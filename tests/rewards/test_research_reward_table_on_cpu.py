@@ -16,7 +16,7 @@ import itertools
 
 import pytest
 
-from verl_search.protocol.research import format_check
+from verl_search.agent_protocol.research import format_check
 from verl_search.rewards import compute_score
 from verl_search.rewards.research import FORMAT_SCORE, research_score
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE
+from verl_search.agent_protocol.vocabulary import INVALID_ACTION_MESSAGE
 from verl_search.rewards import compute_score, extract_answer, gold_answers
-from verl_search.protocol.search_r1 import search_r1_format_ok
-from verl_search.protocol.tool import tool_call_format_ok
+from verl_search.agent_protocol.search_r1 import search_r1_format_ok
+from verl_search.agent_protocol.tool import tool_call_format_ok
 from verl_search.rewards.qa import cover_exact_match, exact_match, f1_score, normalize_answer
 
 GOOD_TAGS = "<think>need info</think><search> capital of France </search>\n\n<information>Doc 1(Title: \"Paris\") Paris is the capital.</information>\n\n<think>got it</think><answer> Paris </answer>"

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from verl_search.tools import client
 from verl_search.tools.formatting import format_passage, format_results
 from verl_search.server.local import ThreadServer, free_port
-from verl_search.protocol.tool import parse_queries
+from verl_search.agent_protocol.tool import parse_queries
 from verl_search.tools.search_tool import SearchTool
 
 

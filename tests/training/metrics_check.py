@@ -22,7 +22,7 @@ def logged_trajectory_metrics(values: dict[str, float]) -> dict[str, float]:
 def expected_metrics(records: list[dict]) -> dict[str, float]:
     """The `search/*` values of one step's samples: counters from their extra fields, reward means from our
     reward's outputs, the share of valid turns from the tag protocol's turn records."""
-    from verl_search.protocol.vocabulary import parse_action
+    from verl_search.agent_protocol.vocabulary import parse_action
 
     fields = [r["extra_fields"] for r in records]
     infos = [f["reward_extra_info"] for f in fields]

@@ -272,8 +272,8 @@ def turns_of(record: dict) -> list[tuple[int, list[int]]]:
 def test_searches_end_the_turn_and_retrieved_tokens_are_masked(run):
     from transformers import AutoTokenizer
 
-    from verl_search.protocol.registry import get_protocol
-    from verl_search.protocol.vocabulary import INVALID_ACTION_MESSAGE, parse_action
+    from verl_search.agent_protocol.registry import get_protocol
+    from verl_search.agent_protocol.vocabulary import INVALID_ACTION_MESSAGE, parse_action
 
     tokenizer = AutoTokenizer.from_pretrained(QWEN_TOKENIZER)
     close, opener, passage = {"search_r1": ("</search>", "<information>", "Doc 1(Title:"),

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import QWEN_TOKENIZER
-from verl_search.protocol import research
+from verl_search.agent_protocol import research
 
 QUESTION = "Who was the director of the film that won the 1998 Palme d'Or?"
 

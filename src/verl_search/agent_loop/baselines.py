@@ -1,4 +1,4 @@
-"""Agent loops of the baselines without a search policy (`verl_search.protocol.baselines`): direct answer and
+"""Agent loops of the baselines without a search policy (`verl_search.agent_protocol.baselines`): direct answer and
 chain of thought (`AnswerAgentLoop`: no retrieval) and RAG (`RAGAgentLoop`: one retrieval with the question,
 its passages in the prompt). IRCoT builds on `RAGAgentLoop` (`verl_search.agent_loop.ircot`).
 
@@ -27,10 +27,10 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from verl_search.agent_loop.search_r1 import SearchR1AgentLoop, _Trajectory
-from verl_search.protocol.answers import extract_answer
-from verl_search.protocol.baselines import STOP, fill_passages
-from verl_search.protocol.tokens import observation_tokens
-from verl_search.protocol.vocabulary import ANSWERED, SEARCH_FAILED_PREFIX, SEARCH_TOOL
+from verl_search.agent_protocol.answers import extract_answer
+from verl_search.agent_protocol.baselines import STOP, fill_passages
+from verl_search.agent_protocol.tokens import observation_tokens
+from verl_search.agent_protocol.vocabulary import ANSWERED, SEARCH_FAILED_PREFIX, SEARCH_TOOL
 from verl_search.tools import client
 from verl_search.tools.client import SearchOutcome, record_search
 from verl_search.tools.formatting import format_results

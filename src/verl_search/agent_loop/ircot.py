@@ -1,4 +1,4 @@
-"""`IRCoTAgentLoop`: IRCoT (`verl_search.protocol.ircot`) as a verl agent loop, `agent_name: ircot_agent`.
+"""`IRCoTAgentLoop`: IRCoT (`verl_search.agent_protocol.ircot`) as a verl agent loop, `agent_name: ircot_agent`.
 
 One trajectory, as FlashRAG's `IRCOTPipeline.run_batch` runs one question:
 
@@ -35,8 +35,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl_search.agent_loop.baselines import RAGAgentLoop
 from verl_search.agent_loop.search_r1 import _Trajectory
 from verl_search.llm.models import end_of_sequence_ids
-from verl_search.protocol import ircot
-from verl_search.protocol.vocabulary import SEARCH_FAILED_PREFIX
+from verl_search.agent_protocol import ircot
+from verl_search.agent_protocol.vocabulary import SEARCH_FAILED_PREFIX
 
 #: a thought that is still blank when it reaches a newline is generated on (the newline kept) this many times at
 #: most, so a model that opens its turn with a line break does not spend a step on it

@@ -1,4 +1,4 @@
-"""`ReSearchAgentLoop`: the ReSearch protocol (`verl_search.protocol.research`) as a verl agent loop.
+"""`ReSearchAgentLoop`: the ReSearch protocol (`verl_search.agent_protocol.research`) as a verl agent loop.
 
 Register it through the YAML this package ships and select it per row with
 `agent_name: research_agent` (our preprocessing writes it for `--protocol research`)::
@@ -26,8 +26,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from verl_search.agent_loop.search_r1 import SearchR1AgentLoop, _Trajectory
 from verl_search.llm.models import end_of_sequence_ids
-from verl_search.protocol import research
-from verl_search.protocol.vocabulary import ANSWERED, ENDED_WITH_EOS, SEARCH_FAILED_PREFIX
+from verl_search.agent_protocol import research
+from verl_search.agent_protocol.vocabulary import ANSWERED, ENDED_WITH_EOS, SEARCH_FAILED_PREFIX
 from verl_search.tools import client
 from verl_search.tools.client import record_search
 
@@ -50,7 +50,7 @@ class ReSearchAgentLoop(SearchR1AgentLoop):
         use_chat_template: `"auto"` (default: when the tokenizer has one), `True` (the row's system
             prompt and question through the chat template) or `False` (base models: ReSearch's
             base-model text around the row's question, tokenised without special tokens as ReSearch's
-            `add_special_tokens=False`: `protocol.research.base_prompt_ids`).
+            `add_special_tokens=False`: `agent_protocol.research.base_prompt_ids`).
         **kwargs: verl's agent-loop arguments (config, server manager, tokenizer, ...).
 
     Trajectory fields: `num_searches`, `failed_searches`, `answered` (a `\\boxed{}` answer was

@@ -23,9 +23,9 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
-from verl_search.protocol.tokens import cut_at_first_stop, observation_tokens
-from verl_search.protocol.trajectory import ResponseTokens
-from verl_search.protocol.vocabulary import (
+from verl_search.agent_protocol.tokens import cut_at_first_stop, observation_tokens
+from verl_search.agent_protocol.trajectory import ResponseTokens
+from verl_search.agent_protocol.vocabulary import (
     ANSWERED,
     FAILED_SEARCHES,
     INVALID_ACTION_MESSAGE,
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 
 class _Trajectory(ResponseTokens):
-    """Token buffers (`protocol.trajectory.ResponseTokens`, the builder the cold start uses too) and counters of
+    """Token buffers (`agent_protocol.trajectory.ResponseTokens`, the builder the cold start uses too) and counters of
     one rollout (also what `record_search` updates)."""
 
     def __init__(self, response_length: int):

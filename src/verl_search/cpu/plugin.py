@@ -49,7 +49,7 @@ def register() -> None:
 
     import torch
 
-    from verl_search.process.env import read_env
+    from verl_search.runtime.env import read_env
     from verl_search.verl_config.version import check_verl_version
 
     check_verl_version()

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from verl_search.protocol.registry import ProtocolName, get_protocol
+from verl_search.agent_protocol.registry import ProtocolName, get_protocol
 from verl_search.datasets import DEFAULT_TRAIN_EXCLUDE, normalize_question, parse_spec, question_lines
-from verl_search.protocol.vocabulary import SEARCH_TOOL
+from verl_search.agent_protocol.vocabulary import SEARCH_TOOL
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def make_row(example: dict, index: int, split: str, data_source: str, protocol: 
         index: the row's index (`extra_info.index`; verl uses it to group GRPO samples).
         split: `"train"` or `"test"`.
         data_source: the dataset name written to `data_source`.
-        protocol: a `verl_search.protocol.registry` name: `"tool"` (hermes tool calls), `"search_r1"`
+        protocol: a `verl_search.agent_protocol.registry` name: `"tool"` (hermes tool calls), `"search_r1"`
             (Search-R1 tags) or `"research"` (ReSearch tags).
         topk: passages per search for this row (`create_kwargs.topk`); None = the tool's default.
 

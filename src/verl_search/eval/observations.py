@@ -40,7 +40,7 @@ def gold_visible(record: dict) -> bool:
 def passage_title(observation: str) -> str | None:
     """The title of the first passage of an observation: Search-R1's `Doc 1(Title: "T") ...` (its quotes
     dropped), the first line of ReSearch's `<result>` block (`"T"`, quotes dropped) or IRCoT's first
-    `Wikipedia Title: T` line (`protocol.ircot.PASSAGE_TEMPLATE`, quotes dropped); None for anything else (a
+    `Wikipedia Title: T` line (`agent_protocol.ircot.PASSAGE_TEMPLATE`, quotes dropped); None for anything else (a
     failed search, the correction message).
 
     >>> passage_title('\\n\\n<information>Doc 1(Title: "Jaws (film)") Jaws is a 1975 film.</information>')

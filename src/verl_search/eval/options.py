@@ -1,5 +1,5 @@
 """`EvalOptions`: every option of `verl-search eval`, declared once (the CLI generates its flags
-from this class, see `verl_search.process.options`). Standard library only, so building the CLI parser
+from this class, see `verl_search.runtime.options`). Standard library only, so building the CLI parser
 imports nothing of the eval side's heavy dependencies."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from verl_search.eval.presets import PresetName, get_preset
-from verl_search.protocol.registry import ProtocolName
+from verl_search.agent_protocol.registry import ProtocolName
 
 
 def _help(text: str) -> dict:

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from verl_search.eval.rows import row_id
-from verl_search.protocol.tool import parse_queries
-from verl_search.protocol.vocabulary import (
+from verl_search.agent_protocol.tool import parse_queries
+from verl_search.agent_protocol.vocabulary import (
     ENDED_WITH_EOS,
     FAILED_SEARCHES,
     INVALID_ACTIONS,
@@ -50,7 +50,7 @@ def _turns_from_agent_loop(recorded: list[dict]) -> list[dict]:
 
 def queries_of(text: str) -> list[str]:
     """The search queries of one model turn: a `<search>` block, or the queries of its hermes calls of
-    the search tool, parsed as the tool parses them (`protocol.tool.parse_queries`; a call the
+    the search tool, parsed as the tool parses them (`agent_protocol.tool.parse_queries`; a call the
     tool refuses searched nothing, so it adds none)."""
     action = parse_action(text)
     if action.kind == "search":

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from verl_search.cpu.vllm_cpu import ROLLOUT_NAME, cpu_rollout_overrides
 from verl_search.eval.options import EvalOptions
 from verl_search.eval.records import trajectory_record
-from verl_search.protocol.registry import get_protocol, search_cap_keys
+from verl_search.agent_protocol.registry import get_protocol, search_cap_keys
 from verl_search.verl_config.compose import merge_overrides
 from verl_search.verl_config.shipped import config_path
 

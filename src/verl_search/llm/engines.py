@@ -25,7 +25,7 @@ import aiohttp
 from verl.workers.rollout.replica import TokenOutput
 
 from verl_search.llm.models import end_of_sequence_ids
-from verl_search.protocol.tokens import cut_at_first_stop
+from verl_search.agent_protocol.tokens import cut_at_first_stop
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ _PROBE = "Question: who wrote Hamlet? <search> Hamlet author </search>"
 
 
 def cache_dir() -> Path:
-    """`$VERL_SEARCH_CACHE` or `~/.cache/verl_search` (`verl_search.process.env`)."""
-    from verl_search.process.env import read_env
+    """`$VERL_SEARCH_CACHE` or `~/.cache/verl_search` (`verl_search.runtime.env`)."""
+    from verl_search.runtime.env import read_env
 
     return read_env().cache_dir
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from verl_search.eval.options import EvalOptions
-from verl_search.protocol.registry import search_cap_keys
+from verl_search.agent_protocol.registry import search_cap_keys
 from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
 from verl_search.training.progress import run_logged
 

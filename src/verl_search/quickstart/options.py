@@ -1,6 +1,6 @@
 """`QuickstartOptions`: every flag of `verl-search quickstart`, and `StudyOptions`: those of `verl-search study`
 (the quickstart's and the learning studies'), each declared once (the CLI generates the flags from them,
-`verl_search.process.options`); and `protocol_options`: the one `EvalOptions` object whose
+`verl_search.runtime.options`); and `protocol_options`: the one `EvalOptions` object whose
 protocol settings both the GRPO run and every evaluation read. Imports only the standard library and
 `EvalOptions`."""
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from verl_search.quickstart.options import QuickstartOptions, StudyOptions, for_model, protocol_options, response_length
 from verl_search.quickstart.report import CONTROL
-from verl_search.process.child import in_child
+from verl_search.runtime.child import in_child
 
 logger = logging.getLogger(__name__)
 
@@ -399,7 +399,7 @@ def run_quickstart(options: QuickstartOptions) -> dict:
     """Run (or resume) every stage, write the report and, with `options.export`, export the run;
     return the report (`report.json`).
 
-    Every stage but the report runs in a child process (`process.child.in_child`) or launches one, so
+    Every stage but the report runs in a child process (`runtime.child.in_child`) or launches one, so
     that this process holds none of verl, torch or Ray while training runs.
 
     Raises:

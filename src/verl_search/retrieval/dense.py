@@ -30,7 +30,7 @@ def require_faiss():
     try:
         import faiss
     except ImportError as exc:
-        from verl_search.process.extras import install_line
+        from verl_search.runtime.extras import install_line
 
         raise ImportError(f"dense retrieval needs faiss: {install_line('dense')} (CPU) or faiss-gpu-cu12 (GPU)") from exc
     return faiss

@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from verl_search.process.extras import install_line
+from verl_search.runtime.extras import install_line
 
 logger = logging.getLogger(__name__)
 

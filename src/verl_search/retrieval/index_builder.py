@@ -25,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from verl_search.datasets import resolve_corpus
-from verl_search.process.exits import DiskWriteError
+from verl_search.runtime.exits import DiskWriteError
 
 from verl_search.retrieval.bm25 import DEFAULT_BM25_PARAMS, build_bm25
 from verl_search.retrieval.corpus import JsonlCorpus, iter_passages, scan_corpus

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from verl_search.datasets import resolve_corpus
-from verl_search.process.env import read_env
+from verl_search.runtime.env import read_env
 from verl_search.retrieval.base import Retriever
 from verl_search.retrieval.corpus import JsonlCorpus, corpus_bytes, file_sha256, scan_corpus
 from verl_search.retrieval.encoder import EncoderSettings, query_backend

@@ -25,7 +25,7 @@ import numpy as np
 
 from verl_search.retrieval.base import Passage
 from verl_search.retrieval.corpus import JsonlCorpus
-from verl_search.process.env import read_env
+from verl_search.runtime.env import read_env
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from verl_search.retrieval.corpus import JsonlCorpus
 from verl_search.retrieval.manifest import encoder_fingerprint
-from verl_search.process.env import read_env
+from verl_search.runtime.env import read_env
 
 logger = logging.getLogger(__name__)
 

@@ -103,7 +103,7 @@ class CrossEncoderReranker:
         try:
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
-            from verl_search.process.extras import install_line
+            from verl_search.runtime.extras import install_line
 
             raise ImportError(f"reranking needs sentence-transformers: {install_line('dense')}") from exc
         from verl_search.retrieval.encoder import default_device

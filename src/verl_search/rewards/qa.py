@@ -12,8 +12,8 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-from verl_search.protocol.answers import count_answers, extract_answer, strip_retrieved  # noqa: F401 (re-exported)
-from verl_search.protocol.vocabulary import (INFORMATION_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE,
+from verl_search.agent_protocol.answers import count_answers, extract_answer, strip_retrieved  # noqa: F401 (re-exported)
+from verl_search.agent_protocol.vocabulary import (INFORMATION_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE,
                                              TRUNCATION_MARK)
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -3,7 +3,7 @@
 Rules from `Agent-RL/ReSearch`, branch `re-search`, `src/verl/utils/reward_score/re_search.py`
 (`compute_score`, `get_f1_score`), in this order:
 
-1. the response breaks a format rule (`verl_search.protocol.research.format_check`): 0;
+1. the response breaks a format rule (`verl_search.agent_protocol.research.format_check`): 0;
 2. the response did not end with EOS (cut at the length limit): 0;
 3. no `<answer>` block, or no `\\boxed{}` in it that closes: 0;
 4. otherwise the best token F1 of the boxed answer against the gold answers (SQuAD normalisation;
@@ -20,7 +20,7 @@ whole response.
 
 from __future__ import annotations
 
-from verl_search.protocol.research import extract_answer, format_check
+from verl_search.agent_protocol.research import extract_answer, format_check
 from verl_search.rewards.qa import f1_score
 
 #: ReSearch's score of a well-formed response whose answer has F1 0

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from verl_search.protocol.registry import PROTOCOLS, get_protocol
-from verl_search.protocol.vocabulary import ENDED_WITH_EOS, FAILED_SEARCHES, NUM_SEARCHES
+from verl_search.agent_protocol.registry import PROTOCOLS, get_protocol
+from verl_search.agent_protocol.vocabulary import ENDED_WITH_EOS, FAILED_SEARCHES, NUM_SEARCHES
 from verl_search.rewards.qa import (count_answers, cover_exact_match, exact_match, f1_score, retrieval_has_answer,
                                    strip_retrieved)
 from verl_search.rewards.research import FORMAT_SCORE, research_score

@@ -16,8 +16,8 @@ import sys
 
 from verl_search.retrieval.hybrid import HybridOptions
 from verl_search.retrieval.rerank import RerankOptions
-from verl_search.process.exits import EXPECTED_ERRORS, configure_logging, exit_code
-from verl_search.process.options import add_arguments, build
+from verl_search.runtime.exits import EXPECTED_ERRORS, configure_logging, exit_code
+from verl_search.runtime.options import add_arguments, build
 from verl_search.server.serve import RayOptions, ServeOptions, serve
 from verl_search.server.settings import ServerSettings
 from verl_search.server.web.options import WebOptions
@@ -66,7 +66,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
 
         return serve_with_workers(options, build(ServerSettings, args), hybrid, rerank)
     if ray_options.ray:
-        from verl_search.process.extras import require_extra
+        from verl_search.runtime.extras import require_extra
 
         require_extra("ray")
         from verl_search.server.ray_serve import serve_with_ray

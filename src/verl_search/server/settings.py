@@ -1,14 +1,14 @@
 """Limits and batching knobs of the retrieval server (all validated on construction).
 
 Each field is declared once, here: `verl-search serve` / `python -m verl_search.server` generate
-their flags from it (`verl_search.process.options`), descriptions included.
+their flags from it (`verl_search.runtime.options`), descriptions included.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from verl_search.protocol.vocabulary import DEFAULT_TOPK
+from verl_search.agent_protocol.vocabulary import DEFAULT_TOPK
 
 
 class ServerSettings(BaseModel):

@@ -104,7 +104,7 @@ def _worker_main(config: WorkerConfig) -> None:
     process that spawned it has gone."""
     import uvicorn
 
-    from verl_search.process.exits import configure_logging
+    from verl_search.runtime.exits import configure_logging
     from verl_search.retrieval.pages import PageLookup
     from verl_search.server.access import CorpusPages
     from verl_search.server.app import create_app, index_service

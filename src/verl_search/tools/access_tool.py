@@ -24,7 +24,7 @@ from typing import Any
 
 from verl.tools.schemas import ToolResponse
 
-from verl_search.protocol.vocabulary import ACCESS_FAILED_PREFIX
+from verl_search.agent_protocol.vocabulary import ACCESS_FAILED_PREFIX
 from verl_search.tools import client
 from verl_search.tools.client import record_access
 from verl_search.tools.search_tool import SearchTool

@@ -30,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from verl_search.protocol.vocabulary import (
+from verl_search.agent_protocol.vocabulary import (
     ACCESS_ERRORS,
     DEFAULT_TOPK,
     FAILED_ACCESSES,
@@ -39,7 +39,7 @@ from verl_search.protocol.vocabulary import (
     NUM_SEARCHES,
     SEARCH_ERRORS,
 )
-from verl_search.process.env import DEFAULT_URL
+from verl_search.runtime.env import DEFAULT_URL
 from verl_search.server.schemas import AccessRequest, RetrieveRequest, parse_access_response, parse_retrieve_response
 
 logger = logging.getLogger(__name__)
@@ -281,7 +281,7 @@ def _detail(payload: bytes) -> str:
 def record_search(agent_data: Any, outcome: SearchOutcome) -> None:
     """Count a search in the trajectory's `extra_fields` (read by the reward and the metrics).
 
-    Keys (`verl_search.protocol.vocabulary`): `num_searches`, `failed_searches` (ints) and `search_errors`
+    Keys (`verl_search.agent_protocol.vocabulary`): `num_searches`, `failed_searches` (ints) and `search_errors`
     (list of reasons). Does nothing when `agent_data` has no `extra_fields`.
     """
     _record(agent_data, outcome, NUM_SEARCHES, FAILED_SEARCHES, SEARCH_ERRORS)

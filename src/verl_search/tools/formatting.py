@@ -13,7 +13,7 @@ fit are left out whole, and the text says how many were left out.
 
 from __future__ import annotations
 
-from verl_search.protocol.tokens import observation_tokens
+from verl_search.agent_protocol.tokens import observation_tokens
 
 
 def format_passage(index: int, document: dict, max_chars: int | None = None, show_id: bool = False) -> str:
@@ -89,7 +89,7 @@ def information_tokens(query: str, documents: list[dict], encode, max_tokens: in
                        max_chars_per_passage: int | None = None) -> tuple[list[int], bool]:
     """The Search-R1 observation of one search, as token ids: `documents` (`{"id", "contents"}`, the
     retriever's top-k for `query`) in `format_results`' text inside `\\n\\n<information>...</information>\\n\\n`,
-    `notice` before the closing tag, at most `max_tokens` (`protocol.tokens.observation_tokens`: the body cut by
+    `notice` before the closing tag, at most `max_tokens` (`agent_protocol.tokens.observation_tokens`: the body cut by
     tokens, the frame kept). What `SearchR1AgentLoop` appends after a search and what the cold start's
     trajectories hold (`training.cold_start.trajectory_tokens`): one function, both callers.
 

@@ -40,8 +40,8 @@ from uuid import uuid4
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from verl_search.protocol.tool import parse_queries
-from verl_search.protocol.vocabulary import SEARCH_FAILED_PREFIX, SEARCH_TOOL
+from verl_search.agent_protocol.tool import parse_queries
+from verl_search.agent_protocol.vocabulary import SEARCH_FAILED_PREFIX, SEARCH_TOOL
 from verl_search.tools import client
 from verl_search.tools.client import record_search
 from verl_search.tools.formatting import format_results

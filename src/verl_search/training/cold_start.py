@@ -5,9 +5,9 @@ SmolLM2-135M-Instruct, prompted with Search-R1's instructions, does not close a 
 RL has no signal. DeepSeek-R1 (arXiv 2501.12948, section 2.3.1) calls the small supervised warm-up
 that fixes this a "cold start".
 
-A trajectory is built with the agent loops' own builder (`trajectory_tokens`: `protocol.trajectory.
+A trajectory is built with the agent loops' own builder (`trajectory_tokens`: `agent_protocol.trajectory.
 ResponseTokens`, the observation functions `tools.formatting.information_tokens` and
-`protocol.research.passages_result_tokens`), so it is token for token what `SearchR1AgentLoop` builds:
+`agent_protocol.research.passages_result_tokens`), so it is token for token what `SearchR1AgentLoop` builds:
 the prompt through verl's Continuous Token builder (the agent loop's `ct_build_initial_tokens`),
 the model turn `<think> .. </think>\\n<search> QUESTION </search>`, the observation of the real
 retriever's top-k passages framed by the agent loop's own `observation_tokens` (with the
@@ -165,8 +165,8 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
                       response_length: int, min_tokens_after_observation: int = 64, protocol: str = "search_r1",
                       end_ids: list[int] | None = None, last_search_notice: bool = False) -> tuple[list[int], list[int]]:
     """`(input_ids, loss_mask)` of one search-then-answer trajectory (prompt + response), built with the agent
-    loops' own builder (`protocol.trajectory.ResponseTokens`) and observation functions
-    (`tools.formatting.information_tokens`, `protocol.research.passages_result_tokens`).
+    loops' own builder (`agent_protocol.trajectory.ResponseTokens`) and observation functions
+    (`tools.formatting.information_tokens`, `agent_protocol.research.passages_result_tokens`).
 
     Args:
         row: a verl row of the tag protocol (`prompt`, `extra_info.question`, `reward_model`).
@@ -183,8 +183,8 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
     Raises:
         ValueError: `max_turns` is 0 (the protocol allows no search).
     """
-    from verl_search.protocol.trajectory import ResponseTokens
-    from verl_search.protocol.vocabulary import LAST_SEARCH_NOTICE
+    from verl_search.agent_protocol.trajectory import ResponseTokens
+    from verl_search.agent_protocol.vocabulary import LAST_SEARCH_NOTICE
     from verl_search.tools.formatting import information_tokens
 
     if max_turns < 1:
@@ -199,7 +199,7 @@ def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: i
     documents = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
     response = ResponseTokens(response_length)
     if protocol == "research":
-        from verl_search.protocol import research
+        from verl_search.agent_protocol import research
 
         # ReSearchAgentLoop: no room kept after a result (its min_tokens_after_observation is 0)
         response.add_model_turn(encode(RESEARCH_SEARCH_TURN.format(question=question)))

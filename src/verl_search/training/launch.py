@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from verl_search.cpu.overrides import cpu_env, cpu_overrides
-from verl_search.process import env as env_vars
+from verl_search.runtime import env as env_vars
 from verl_search.verl_config.compose import merge_overrides
 from verl_search.verl_config.shipped import config_path
 
@@ -51,7 +51,7 @@ def check_in_child(recipe: str | os.PathLike, overrides: list[str], require_engi
     """`verl_config.check.check_config` of `recipe` with `overrides` (the ones `main_ppo` will get), run in a
     child process so that verl's imports do not stay in a launcher that waits for the whole run; returns the
     problems (empty: fine)."""
-    from verl_search.process.child import in_child
+    from verl_search.runtime.child import in_child
     from verl_search.verl_config.check import check_config
 
     return in_child(check_config, str(recipe), overrides, require_engine=require_engine)

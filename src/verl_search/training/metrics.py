@@ -5,7 +5,7 @@ numbers (`critic/score/*`, `actor/*`, ...); the reward's extra outputs reach the
 validation only. The shipped recipes' replay buffer (`verl_search.training.replay_buffer`, verl's
 public custom-sampler hook) adds `batch_search_metrics` of each sampled training batch to the step's
 metrics. The numbers come from each trajectory's `extra_fields` (written by the agent loop and
-`SearchTool`, `verl_search.protocol.vocabulary`) and its `reward_extra_info` (what
+`SearchTool`, `verl_search.agent_protocol.vocabulary`) and its `reward_extra_info` (what
 `verl_search.rewards.compute_score` returned), read from TransferQueue: they work with any rollout
 engine. Names, units and sources: docs/metrics.md.
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import transfer_queue as tq
 
-from verl_search.protocol.vocabulary import ANSWERED, FAILED_SEARCHES, NUM_SEARCHES, TURNS, parse_action
+from verl_search.agent_protocol.vocabulary import ANSWERED, FAILED_SEARCHES, NUM_SEARCHES, TURNS, parse_action
 
 PREFIX = "search"
 """Every metric name starts with `search/`."""

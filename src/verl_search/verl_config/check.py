@@ -38,8 +38,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_search.process import env
-from verl_search.process.extras import install_line
+from verl_search.runtime import env
+from verl_search.runtime.extras import install_line
 from verl_search.verl_config.shipped import config_path
 from verl_search.verl_config.version import SUPPORTED_VERL_VERSION, check_verl_version
 from verl_search.verl_config.vllm_version import install_version_alias
@@ -267,7 +267,7 @@ def _check_protocols(file: str, table, problems: list[str]) -> None:
     """Each row's `extra_info.protocol` (our preprocessing writes it) names a protocol whose agent loop
     is the row's `agent_name`: a row of one protocol run by another's loop trains on a prompt the
     loop does not answer (a ReSearch prompt under the Search-R1 loop never gets a `<result>`)."""
-    from verl_search.protocol.registry import PROTOCOLS
+    from verl_search.agent_protocol.registry import PROTOCOLS
 
     if "extra_info" not in table.column_names or "agent_name" not in table.column_names:
         return

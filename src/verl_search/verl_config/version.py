@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from verl_search.process import env
+from verl_search.runtime import env
 
 #: the verl release this package supports (setup.py's `[verl]` extra pins the same)
 SUPPORTED_VERL_VERSION = "0.9.1"
@@ -40,9 +40,9 @@ def check_verl_version(installed: str | None = None) -> None:
     Raises:
         UnsupportedVerlVersion: another version is installed (unless `$VERL_SEARCH_SKIP_VERL_VERSION_CHECK=1`);
             the message names both versions and the fix.
-        verl_search.process.extras.MissingExtraError: verl is not installed at all.
+        verl_search.runtime.extras.MissingExtraError: verl is not installed at all.
     """
-    from verl_search.process.extras import MissingExtraError, install_line
+    from verl_search.runtime.extras import MissingExtraError, install_line
 
     installed = installed if installed is not None else installed_verl_version()
     if installed is None:

@@ -1,5 +1,5 @@
 """Options of the web search backend (`verl-search serve --backend web`), declared once: the CLI flags
-are generated from `WebOptions` (`verl_search.process.options`). Standard library only.
+are generated from `WebOptions` (`verl_search.runtime.options`). Standard library only.
 
 The API keys are never options (a flag shows in `ps` and shell history): the backend reads them from
 the environment variables these options name.

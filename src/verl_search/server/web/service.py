@@ -24,7 +24,7 @@ import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from verl_search.process.env import read_env
+from verl_search.runtime.env import read_env
 from verl_search.server.access import ACCESS_PATH, check_access_request, encode_access_response
 from verl_search.server.backend import ready_service
 from verl_search.server.schemas import AccessRequest, AccessResponse, HealthResponse
@@ -152,7 +152,7 @@ def build_backend(options: WebOptions) -> WebBackend:
     Raises:
         ValueError: no search key (see `read_keys`); OSError: the cache folder cannot be written.
     """
-    from verl_search.process.extras import require_extra
+    from verl_search.runtime.extras import require_extra
     from verl_search.server.web.cache import WebCache
     from verl_search.server.web.upstream import Upstream
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
 
-from verl_search.process.exits import configure_logging
+from verl_search.runtime.exits import configure_logging
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ itself wrote is ever an answer. Standard library only: the rewards, eval and the
 
 from __future__ import annotations
 
-from verl_search.protocol.vocabulary import ANSWER_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, RETRIEVED_RE
+from verl_search.agent_protocol.vocabulary import ANSWER_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE, RETRIEVED_RE
 
 
 def strip_retrieved(response: str) -> str:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 
-from verl_search.protocol.answers import extract_answer
-from verl_search.protocol.base import Protocol
-from verl_search.protocol.vocabulary import DEFAULT_TOPK, TOOL_CALL_RE, TOOL_RESPONSE_RE
+from verl_search.agent_protocol.answers import extract_answer
+from verl_search.agent_protocol.base import Protocol
+from verl_search.agent_protocol.vocabulary import DEFAULT_TOPK, TOOL_CALL_RE, TOOL_RESPONSE_RE
 
 TOOL_TEMPLATE = (
     "Answer the given question. Think step by step. Whenever you lack some knowledge, call the search tool; "

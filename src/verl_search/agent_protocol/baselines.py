@@ -1,6 +1,6 @@
 """The baselines without a search policy: direct answer, chain of thought, and RAG (one retrieval with the
 question, its passages in the prompt). Each asks for the answer between `<answer>` and `</answer>`, so the
-rewards score it as they score the agents (`protocol.answers.extract_answer`, EM / F1 / cover-EM).
+rewards score it as they score the agents (`agent_protocol.answers.extract_answer`, EM / F1 / cover-EM).
 
 Prompts, with their sources (the papers' baseline tables name these methods; Search-R1 arXiv 2503.09516,
 Table 2; ReSearch arXiv 2503.19470, Table 1):
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 
-from verl_search.protocol.answers import extract_answer
-from verl_search.protocol.base import Protocol
-from verl_search.protocol.search_r1 import search_r1_format_ok
-from verl_search.protocol.vocabulary import DEFAULT_TOPK
+from verl_search.agent_protocol.answers import extract_answer
+from verl_search.agent_protocol.base import Protocol
+from verl_search.agent_protocol.search_r1 import search_r1_format_ok
+from verl_search.agent_protocol.vocabulary import DEFAULT_TOPK
 
 #: where a prompt's retrieved passages go; the agent loop replaces it at rollout (`fill_passages`)
 PASSAGES_SLOT = "{retrieved_passages}"

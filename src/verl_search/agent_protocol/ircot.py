@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 
-from verl_search.protocol.answers import extract_answer
-from verl_search.protocol.base import Protocol
-from verl_search.protocol.baselines import PASSAGES_SLOT
-from verl_search.protocol.vocabulary import ANSWER_RE, DEFAULT_TOPK
+from verl_search.agent_protocol.answers import extract_answer
+from verl_search.agent_protocol.base import Protocol
+from verl_search.agent_protocol.baselines import PASSAGES_SLOT
+from verl_search.agent_protocol.vocabulary import ANSWER_RE, DEFAULT_TOPK
 
 #: FlashRAG's `IRCOT_INSTRUCTION`, then (added) where the answer goes
 INSTRUCTION = (

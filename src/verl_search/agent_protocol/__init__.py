@@ -1,4 +1,6 @@
-"""The protocols between the model and its environment, in one home (standard library only).
+"""The agent protocols (`--protocol`): the model's side of its conversation with the search environment, in one
+home (standard library only). The HTTP wire format of the retrieval service is another contract:
+`verl_search.server.schemas`.
 
 * `base.Protocol`: what a protocol fixes (prompt, stop strings, action parsing, observation frame,
   format rules, answer extraction); `registry.get_protocol(name)` resolves `--protocol`;
@@ -8,5 +10,6 @@
   names, `DEFAULT_TOPK`, `parse_action` (the leaf every side shares);
 * `answers`: the model's own `<answer>` in a tag-protocol response;
 * `tokens`: token-exact cuts: a turn cut at its first stop string, an observation cut to its token
-  budget (used by the agent loops, the generation engines and the quickstart).
+  budget (used by the agent loops, the generation engines and the quickstart);
+* `trajectory.ResponseTokens`: a trajectory's response built turn by turn (every agent loop, the cold start).
 """

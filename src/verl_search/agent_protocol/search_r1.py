@@ -7,14 +7,14 @@ trajectory. The prompt is the paper's, verbatim from `scripts/data_process/nq_se
 (`verl/utils/reward_score/qa_em_format.py`), applied to the response alone (verl gives the reward
 the response, not the prompt, so there is no `<|im_start|>assistant` marker to look for).
 Agent loop: `verl_search.agent_loop.search_r1.SearchR1AgentLoop`; token-exact cuts:
-`verl_search.protocol.tokens`.
+`verl_search.agent_protocol.tokens`.
 """
 
 from __future__ import annotations
 
-from verl_search.protocol.answers import extract_answer
-from verl_search.protocol.base import Protocol
-from verl_search.protocol.vocabulary import (DEFAULT_TOPK, FORMAT_TAG_RE, OBSERVATION_PREFIX, OBSERVATION_SUFFIX,
+from verl_search.agent_protocol.answers import extract_answer
+from verl_search.agent_protocol.base import Protocol
+from verl_search.agent_protocol.vocabulary import (DEFAULT_TOPK, FORMAT_TAG_RE, OBSERVATION_PREFIX, OBSERVATION_SUFFIX,
                                              STOP_STRINGS, parse_action)
 
 SEARCH_R1_TEMPLATE = (

@@ -1,4 +1,4 @@
-"""`process.child.in_child`: the call runs in another process, what the function imports stays there, its
+"""`runtime.child.in_child`: the call runs in another process, what the function imports stays there, its
 result and its errors come back, it logs as the entry points do, and it does not outlive a killed parent."""
 
 import os
@@ -10,11 +10,11 @@ import pytest
 
 from tests.conftest import REPO
 from tests.waiting import wait_until
-from verl_search.process.child import in_child
+from verl_search.runtime.child import in_child
 
-from tests.process import child_targets
+from tests.runtime import child_targets
 
-TARGETS = "tests.process.child_targets"
+TARGETS = "tests.runtime.child_targets"
 
 
 def test_the_call_runs_in_another_process_that_alone_imports_what_the_function_imports(capfd):
@@ -55,7 +55,7 @@ def _pid_in(pid_file) -> int | None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
 def test_a_killed_parent_takes_its_child_along(tmp_path):
     pid_file = tmp_path / "child.pid"
-    script = (f"from verl_search.process.child import in_child; from {TARGETS} import sleeps; "
+    script = (f"from verl_search.runtime.child import in_child; from {TARGETS} import sleeps; "
               f"in_child(sleeps, {str(pid_file)!r}, 120)")
     # its stderr to a file: the killed parent's multiprocessing resource tracker reports the queues it left
     with open(tmp_path / "parent.log", "w") as log:

@@ -1,4 +1,4 @@
-"""The verl-search process: what it reads (flags, environment variables, installed extras), how it ends (exit
+"""The runtime of a verl-search process: what it reads (flags, environment variables, installed extras), how it ends (exit
 codes, entry-point logging) and the child processes it runs. Shared by every room; imports nothing else of ours,
 never verl.
 

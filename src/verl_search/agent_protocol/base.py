@@ -1,7 +1,7 @@
 """`Protocol`: what one way of talking to a search engine fixes, from the prompt to the reward.
 
 A protocol is data plus a few pure functions (standard library only). Its users resolve it by
-name through `verl_search.protocol.registry.get_protocol`, in one place each:
+name through `verl_search.agent_protocol.registry.get_protocol`, in one place each:
 
 * preprocessing writes `messages(question)` and `agent_name` into every row;
 * the agent loop stops generation at `stop`, reads an action with `parse_action`, frames the
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from verl_search.protocol.vocabulary import Action
+from verl_search.agent_protocol.vocabulary import Action
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Functions `tests/process/test_child_on_cpu.py` runs in a child process (module-level, so they pickle by name,
+"""Functions `tests/runtime/test_child_on_cpu.py` runs in a child process (module-level, so they pickle by name,
 as `in_child` requires)."""
 
 import logging

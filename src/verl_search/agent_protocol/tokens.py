@@ -1,4 +1,4 @@
-"""The Search-R1 tag protocol, token-exact: cuts and observations (the vocabulary is `verl_search.protocol.vocabulary`).
+"""The Search-R1 tag protocol, token-exact: cuts and observations (the vocabulary is `verl_search.agent_protocol.vocabulary`).
 
 Source: Search-R1 `search_r1/llm_agent/generation.py`. The model writes `<search> query </search>`
 or `<answer> ... </answer>`; the environment appends `\\n\\n<information>...</information>\\n\\n`
@@ -12,7 +12,7 @@ after a search, and Search-R1's correction message after anything else. Unlike t
 
 from __future__ import annotations
 
-from verl_search.protocol.vocabulary import OBSERVATION_PREFIX, OBSERVATION_SUFFIX, STOP_STRINGS, TRUNCATION_MARK
+from verl_search.agent_protocol.vocabulary import OBSERVATION_PREFIX, OBSERVATION_SUFFIX, STOP_STRINGS, TRUNCATION_MARK
 
 
 def cut_at_first_stop(token_ids: list[int], decode, stops: list[str] = STOP_STRINGS) -> list[int]:

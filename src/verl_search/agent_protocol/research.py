@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import re
 
-from verl_search.protocol.base import Protocol
-from verl_search.protocol.tokens import observation_tokens
-from verl_search.protocol.vocabulary import Action
+from verl_search.agent_protocol.base import Protocol
+from verl_search.agent_protocol.tokens import observation_tokens
+from verl_search.agent_protocol.vocabulary import Action
 
 #: the prompt of base models (no chat template); `{question}` is the row's question
 BASE_TEMPLATE = (

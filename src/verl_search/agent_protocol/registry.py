@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from verl_search.protocol.base import Protocol
-from verl_search.protocol.baselines import COT, DIRECT, RAG
-from verl_search.protocol.ircot import IRCOT
-from verl_search.protocol.research import RESEARCH
-from verl_search.protocol.search_r1 import SEARCH_R1
-from verl_search.protocol.tool import TOOL
+from verl_search.agent_protocol.base import Protocol
+from verl_search.agent_protocol.baselines import COT, DIRECT, RAG
+from verl_search.agent_protocol.ircot import IRCOT
+from verl_search.agent_protocol.research import RESEARCH
+from verl_search.agent_protocol.search_r1 import SEARCH_R1
+from verl_search.agent_protocol.tool import TOOL
 
 #: every protocol, by `--protocol` name: the three search protocols, then the baselines (docs/eval.md, Baselines)
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (SEARCH_R1, TOOL, RESEARCH, DIRECT, COT, RAG, IRCOT)}
