@@ -1,13 +1,13 @@
 """Paired comparison of `verl-search eval` runs on the same questions: EM and F1 differences with 95% bootstrap
 intervals and sign tests, overall and per question shape, and the by-shape table beside the baselines that know
-nothing (`verl_search.eval.baselines`). Prints markdown.
+nothing (`verl_search.report.baselines`). Prints markdown.
 
     python benchmarks/compare_evals.py BEFORE_FOLDER AFTER_FOLDER [AFTER_FOLDER ...] [--train data/train.parquet]
 
 Each folder holds an evaluation's `trajectories.jsonl` (or `trajectories.jsonl.gz`); the first is the baseline
 every other is compared with, on the questions all of them share. An evaluation with several samples per question
 (`verl-search eval --samples`, such as the quickstart's frontier and probe folders) is compared per question, on the
-mean of its samples (`verl_search.eval.report.by_question`), and without the by-shape table.
+mean of its samples (`verl_search.report.evaluation.by_question`), and without the by-shape table.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import gzip
 import json
 from pathlib import Path
 
-from verl_search.eval.baselines import by_shape, question_shape, shape_table
-from verl_search.eval.report import by_question
-from verl_search.eval.rows import SAMPLE_MARK, question_id
-from verl_search.eval.compare import paired_bootstrap
-from verl_search.quickstart.report import training_answer
+from verl_search.report.baselines import by_shape, question_shape, shape_table
+from verl_search.report.evaluation import by_question
+from verl_search.report.records import SAMPLE_MARK, question_id
+from verl_search.report.compare import paired_bootstrap
+from verl_search.report.quickstart import training_answer
 
 
 def records(folder: Path) -> dict[str, dict]:

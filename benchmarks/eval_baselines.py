@@ -10,7 +10,7 @@ RUN is a finished `verl-search quickstart` folder: its `index/`, its protocol se
 and its `eval/{untrained,cold_start,grpo}` evaluations. The baselines evaluate `--model` (default: the run's own
 `--model`, the untrained one) on `mini-wiki:test` sampled as the quickstart samples its test split (the same 102
 questions at the defaults); `--samples-model` is evaluated `--samples` times per question at temperature 1 for
-pass@1/4/8 (`verl_search.eval.pass_at_k`). Everything is written under `--out` (default `RUN/baselines`).
+pass@1/4/8 (`verl_search.report.pass_at_k`). Everything is written under `--out` (default `RUN/baselines`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from verl_search.eval.baselines import question_shape
+    from verl_search.report.baselines import question_shape
     from verl_search.llm.models import end_of_sequence_ids, model_folder
     from verl_search.quickstart.data import corpus_path, split_rows
     from verl_search.retrieval.index_builder import BuildOptions, build_index

@@ -41,8 +41,9 @@ MAY_IMPORT = {
     "agent_loop": ("agent_protocol", "llm", "tools", "verl_config"),
     "training": ("agent_protocol", "cpu", "datasets", "llm", "retrieval", "rewards", "runtime", "tools",
                  "verl_config"),
-    "eval": ("agent_protocol", "cpu", "datasets", "llm", "retrieval", "rewards", "server", "verl_config"),
-    "quickstart": ("agent_protocol", "cpu", "datasets", "eval", "llm", "retrieval", "rewards", "runtime", "server",
+    "report": ("llm", "rewards", "training"),
+    "eval": ("agent_protocol", "cpu", "datasets", "llm", "report", "retrieval", "rewards", "server", "verl_config"),
+    "quickstart": ("agent_protocol", "cpu", "datasets", "eval", "llm", "report", "retrieval", "runtime", "server",
                    "training", "verl_config"),
     "configs": (),
 }

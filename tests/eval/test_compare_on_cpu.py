@@ -1,10 +1,10 @@
-"""`eval.compare`: the paired bootstrap and the sign test behind every before/after comparison."""
+"""`report.compare`: the paired bootstrap and the sign test behind every before/after comparison."""
 
 import random
 
 import pytest
 
-from verl_search.eval.compare import paired, paired_bootstrap
+from verl_search.report.compare import paired, paired_bootstrap
 
 
 def test_bootstrap_of_a_constant_difference_is_that_difference():

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from tests.conftest import MINI_QA
 from tests.verl_helpers import ScriptedLLM
 from verl_search.eval.harness import EvalOptions, run_eval
-from verl_search.eval.report import summarize, wilson_interval
+from verl_search.report.evaluation import summarize, wilson_interval
 
 QA = [json.loads(line) for line in MINI_QA.read_text().splitlines()]
 GOLD = {row["question"]: row["golden_answers"][0] for row in QA}

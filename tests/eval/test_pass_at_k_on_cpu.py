@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from verl_search.eval.pass_at_k import bootstrap_interval, pass_at_k, summarize_pass_at_k
+from verl_search.report.pass_at_k import bootstrap_interval, pass_at_k, summarize_pass_at_k
 
 
 @pytest.mark.parametrize("n, c, k", [(8, 0, 1), (8, 3, 1), (8, 3, 4), (8, 5, 4), (8, 1, 8), (4, 2, 4), (1, 1, 1)])
@@ -58,7 +58,7 @@ def test_k_above_the_samples_is_left_out():
 
 
 def test_report_json_and_md_carry_pass_at_k(tmp_path):
-    from verl_search.eval.report import write_report
+    from verl_search.report.evaluation import write_report
 
     write_report(RECORDS, tmp_path, "sampled", {"samples": 8})
     report = json.loads((tmp_path / "report.json").read_text())

@@ -9,11 +9,12 @@ import json
 import pandas as pd
 import pytest
 
-from verl_search.eval.report import by_question
-from verl_search.quickstart.frontier import (frontier_ids, sampled_success, trained_measure, write_candidates,
+from verl_search.report.evaluation import by_question
+from verl_search.report.grpo_signal import trained_measure
+from verl_search.quickstart.frontier import (frontier_ids, sampled_success, write_candidates,
                                              write_frontier)
 from verl_search.quickstart.options import StudyOptions
-from verl_search.quickstart.report import probe_comparison
+from verl_search.report.quickstart import probe_comparison
 
 
 def rows(count: int) -> pd.DataFrame:
@@ -111,7 +112,7 @@ def test_the_probe_comparison_pairs_each_questions_sampled_reward():
 
 
 def test_the_report_has_the_probe_section_when_both_probes_ran(tmp_path):
-    from verl_search.quickstart.report import write_report
+    from verl_search.report.quickstart import write_report
 
     record = lambda qid, em: {"id": qid, "data_source": "2wiki", "question": "Who?", "golden_answers": ["a"],  # noqa: E731
                               "prediction": "a" if em else "b", "em": em, "f1": em, "cover_em": em, "score": em,
@@ -163,7 +164,7 @@ def test_control_is_the_same_grpo_run_on_permuted_scores_in_one_command(tmp_path
 
 
 def test_the_report_compares_the_control_with_the_start_model(tmp_path):
-    from verl_search.quickstart.report import write_report
+    from verl_search.report.quickstart import write_report
 
     record = lambda qid, em: {"id": qid, "data_source": "2wiki", "question": "Who?", "golden_answers": ["a"],  # noqa: E731
                               "prediction": "a" if em else "b", "em": em, "f1": em, "cover_em": em, "score": em,
@@ -184,7 +185,7 @@ def test_the_report_compares_the_control_with_the_start_model(tmp_path):
 
 
 def test_balancing_keeps_as_many_first_as_last_named_golds_and_every_other_row(tmp_path):
-    from verl_search.eval.baselines import gold_position
+    from verl_search.report.baselines import gold_position
     from verl_search.quickstart.frontier import balance_gold_positions
 
     questions = [("Which came first, Jaws or Alien?", "Jaws"), ("Who is older, Ann or Bob?", "Ann"),

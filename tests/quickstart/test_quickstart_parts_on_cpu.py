@@ -9,7 +9,7 @@ import pytest
 
 from verl_search.quickstart.options import QuickstartOptions, StudyOptions, for_model, protocol_options, response_length
 from verl_search.quickstart.pipeline import Stage, StageRecord, needs_run, read_record, run_stages, write_record
-from verl_search.quickstart.report import (
+from verl_search.report.quickstart import (
     comparisons_table,
     curve_keys,
     models_table,
@@ -27,7 +27,7 @@ def record(qid, source, em, searches=1, answered=True):
 
 
 def test_models_table_has_every_model_and_source_with_intervals():
-    from verl_search.eval.report import summarize
+    from verl_search.report.evaluation import summarize
 
     rows = [record("a", "nq", 1.0), record("b", "hotpotqa", 0.0, searches=0, answered=False)]
     table = models_table({"untrained": summarize(rows), "grpo": summarize(rows)})

@@ -14,11 +14,11 @@ import shutil
 import pytest
 
 from tests.conftest import SHARED
-from verl_search.eval.baselines import by_shape, searcher, shape_table
-from verl_search.eval.observations import conditional_metrics, conditional_table, passage_title, top_title
-from verl_search.quickstart.probes import split_table, trained_prompts, trained_split
-from verl_search.quickstart.report import load_records, rerender_report, write_report
-from verl_search.training.grpo_signal import explain, read_rollouts, rollout_signal, section, step_signals
+from verl_search.report.baselines import by_shape, searcher, shape_table
+from verl_search.report.observations import conditional_metrics, conditional_table, passage_title, top_title
+from verl_search.report.probes import split_table, trained_prompts, trained_split
+from verl_search.report.quickstart import load_records, rerender_report, write_report
+from verl_search.report.grpo_signal import explain, read_rollouts, rollout_signal, section, step_signals
 from verl_search.training.progress import logged_steps
 
 RUN = SHARED / "runs" / "quickstart_run"
@@ -230,7 +230,8 @@ def test_the_answer_filter_drops_groups_that_differ_only_by_format_credit(tmp_pa
     import transfer_queue
     from verl.trainer.ppo.v1 import PPOTrainerSync
 
-    from verl_search.quickstart.grpo import REWARD_WEIGHTS, filter_metric_key, grpo_overrides, shipped_recipe
+    from verl_search.quickstart.grpo import REWARD_WEIGHTS, grpo_overrides, shipped_recipe
+    from verl_search.report.grpo_signal import filter_metric_key
     from verl_search.quickstart.options import StudyOptions, protocol_options
     from verl_search.rewards import compute_score
     from verl_search.verl_config.compose import compose_verl_config

@@ -1,4 +1,4 @@
-"""The report's "Why GRPO moved / did not move" section (`verl_search.training.grpo_signal`): the
+"""The report's "Why GRPO moved / did not move" section (`verl_search.report.grpo_signal`): the
 groups, zero-advantage groups, responses and loss tokens with a non-zero advantage per GRPO step,
 on hand-written rows and on a default run's kept files (`tests/assets/runs/quickstart_run/`: the files of the
 quickstart run kept before the current `results/quickstart_run/` that the report reads: verl's metrics file and
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED
-from verl_search.training.grpo_signal import (
+from verl_search.report.grpo_signal import (
     explain,
     group_id,
     model_text,
@@ -25,7 +25,7 @@ from verl_search.training.grpo_signal import (
     step_signals,
 )
 from verl_search.training.progress import logged_steps
-from verl_search.quickstart.report import rerender_report
+from verl_search.report.quickstart import rerender_report
 
 #: the default run's kept files, unpacked from tests/assets/runs/quickstart_run/ (tests/assets/README.md)
 RUN = SHARED / "runs" / "quickstart_run"

@@ -17,7 +17,7 @@ Output folder:
   tokens), appended batch by batch (one write, flushed and fsynced); a rerun first cuts off a
   torn last line (a run killed while writing) and skips the ids already there (resume);
 * `judge_cache.jsonl` (with `--judge-url`): the judge's verdicts, see `verl_search.eval.judge`;
-* `report.json`, `report.md`, `report.png`: see `verl_search.eval.report`.
+* `report.json`, `report.md`, `report.png`: see `verl_search.report.evaluation`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from pathlib import Path
 
 from verl_search.datasets.preprocess import write_parquet
 from verl_search.eval.options import EvalOptions
-from verl_search.eval.records import read_trajectories, repair_trajectories
-from verl_search.eval.report import write_report
+from verl_search.eval.records import repair_trajectories
+from verl_search.report.records import read_trajectories
+from verl_search.report.evaluation import write_report
 from verl_search.eval.rows import row_id, select_rows
 from verl_search.eval.verl_run import (
     load_model_weights,
@@ -52,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 
 def run_eval(options: EvalOptions, engine=None) -> dict:
-    """Evaluate, resume-safe; return the report summary (see `verl_search.eval.report`).
+    """Evaluate, resume-safe; return the report summary (see `verl_search.report.evaluation`).
 
     Args:
         options: see `EvalOptions`; `engine="auto"` resolves through `cpu.engine.choose_engine`

@@ -49,7 +49,7 @@ class EvalOptions:
             serves: LLM-as-a-judge accuracy beside EM (`verl_search.eval.judge`); default: no judge.
         samples: rollouts per question (default 1); with a temperature above 0 the report adds each
             question's sampled success rate and how many questions are never, sometimes and always
-            answered (`verl_search.eval.report.by_question`): the questions at the policy's frontier.
+            answered (`verl_search.report.evaluation.by_question`): the questions at the policy's frontier.
 
     Raises:
         ValueError: an unknown `preset` (the message names the choices); `samples` below 1, or above 1

@@ -128,13 +128,3 @@ def repair_trajectories(path: Path) -> int:
             os.fsync(file.fileno())
     return size - end
 
-
-def read_trajectories(path: Path) -> dict[str, dict]:
-    """The records of a `trajectories.jsonl` by id (empty when the file does not exist)."""
-    records = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                records[record["id"]] = record
-    return records

@@ -4,24 +4,13 @@ sampled per data source by the same function as preprocessing's `--max-per-sourc
 from __future__ import annotations
 
 from verl_search.datasets.preprocess import Source, build_rows, sample_per_source
-
-
-SAMPLE_MARK = "#"
-"""Separates a question's id from its sample number in the ids of repeated rows (`repeat_rows`)."""
+from verl_search.report.records import SAMPLE_MARK
 
 
 def row_id(row: dict) -> str:
     """A question's id in the output: `data_source/id` (`data_source/id#k` for sample k, `repeat_rows`)."""
     return f"{row['data_source']}/{row['extra_info']['id']}"
 
-
-def question_id(record_id: str) -> str:
-    """The question a record's id belongs to: the id without its sample number.
-
-    >>> question_id("nq/17#3"), question_id("nq/17")
-    ('nq/17', 'nq/17')
-    """
-    return record_id.rsplit(SAMPLE_MARK, 1)[0]
 
 
 def repeat_rows(rows: list[dict], samples: int) -> list[dict]:

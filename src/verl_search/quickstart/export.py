@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verl_search.quickstart.report import CONTROL
+from verl_search.report.quickstart import CONTROL
 
 #: what `export_run` keeps of a run folder: the report, every log and metrics file, the cold-start
 #: summary and trajectories, each evaluation's trajectories and report, the stage records

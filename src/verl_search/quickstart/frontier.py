@@ -16,7 +16,7 @@ for learning (or forgetting).
 
 With `--balance-positions`, GRPO trains on the frontier rows with as many two-option questions ("..., X or Y?")
 whose gold is the first-named option as whose gold is the last (`balance_gold_positions`, by
-`eval.baselines.gold_position`; the probe set stays every frontier question): where one position holds most
+`report.baselines.gold_position`; the probe set stays every frontier question): where one position holds most
 golds, "always name that position" is what the reward pays most often, and GRPO learns that habit instead of the
 task (results/learning_run_control/README.md).
 """
@@ -43,7 +43,7 @@ def write_candidates(train_file: Path, out_file: Path, count: int, seed: int) ->
 
 
 def sampled_success(eval_folder: Path) -> dict:
-    """The `by_question` part of an evaluation's `report.json` (`verl_search.eval.report.by_question`).
+    """The `by_question` part of an evaluation's `report.json` (`verl_search.report.evaluation.by_question`).
 
     Raises:
         FileNotFoundError: the folder has no report with `by_question` (not an evaluation with `--samples`).
@@ -59,12 +59,6 @@ FRONTIER_MEASURES = ("em", "f1")
 """What a frontier question is answered by in some but not all samples: `em` (exact match, the EM reward's
 signal) or `f1` (token F1: the F1 reward also pays a partly right answer, so its groups carry signal on
 questions never answered exactly)."""
-
-
-def trained_measure(reward: str, protocol: str) -> str:
-    """The `FRONTIER_MEASURES` key GRPO's reward pays: `f1` for an F1 reward (`--reward f1`, or the `research`
-    protocol, whose reward is ReSearch's F1), else `em`."""
-    return "f1" if reward == "f1" or protocol == "research" else "em"
 
 
 def frontier_ids(by_question: dict, measure: str = "em") -> list[str]:
@@ -126,7 +120,7 @@ def balance_gold_positions(frontier_file: Path, out_file: Path, seed: int, minim
     """
     import pandas as pd
 
-    from verl_search.eval.baselines import gold_position
+    from verl_search.report.baselines import gold_position
 
     rows = pd.read_parquet(frontier_file)
     positions = [gold_position(row["extra_info"]["question"], list(row["reward_model"]["ground_truth"]["target"]))

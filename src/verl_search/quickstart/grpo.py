@@ -19,8 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from verl_search.eval.options import EvalOptions
 from verl_search.agent_protocol.registry import search_cap_keys
+from verl_search.eval.options import EvalOptions
+from verl_search.report.grpo_signal import filter_metric_key
 from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
 from verl_search.training.progress import run_logged
 
@@ -116,34 +117,10 @@ def reward_overrides(reward: str) -> list[str]:
     return [f"+reward.custom_reward_function.reward_kwargs.{k}={v}" for k, v in REWARD_WEIGHTS[reward].items()]
 
 
-FILTER_METRICS = ("reward", "answer")
-"""`QuickstartOptions.filter_metric`: what must differ within a group for group filtering to keep it."""
-
-
-def filter_metric_key(filter_metric: str, reward: str = "em", protocol: str = "search_r1") -> str:
-    """verl's `algorithm.filter_groups.metric` for `filter_metric`: `reward` (verl's score, format credit
-    included: a group whose answers are all wrong but one malformed is kept) or, for `answer`, the output of
-    `compute_score` that holds the answer score alone: `acc` (EM) or `f1` where GRPO's reward pays token F1
-    (`frontier.trained_measure`). verl's reward loop hands every key of the reward's dict to the replay buffer
-    as `reward_extra_info`, where DAPO's filter reads a metric other than `reward`.
-
-    >>> filter_metric_key("answer"), filter_metric_key("answer", "f1"), filter_metric_key("reward", "f1")
-    ('acc', 'f1', 'reward')
-
-    Raises:
-        ValueError: `filter_metric` is not one of `FILTER_METRICS`.
-    """
-    from verl_search.quickstart.frontier import trained_measure
-    from verl_search.training.grpo_signal import ANSWER_KEYS
-
-    if filter_metric not in FILTER_METRICS:
-        raise ValueError(f"filter_metric={filter_metric!r}: use one of {', '.join(FILTER_METRICS)}")
-    return "reward" if filter_metric == "reward" else ANSWER_KEYS[trained_measure(reward, protocol)]
-
-
 def filter_overrides(max_gen_batches: int, metric: str = "reward") -> list[str]:
     """DAPO's dynamic sampling (verl's `algorithm.filter_groups`, honoured by the recipe's replay buffer,
-    `verl_search.training.replay_buffer`) on `metric` (`filter_metric_key`: `reward`, `acc` or `f1`): at most
+    `verl_search.training.replay_buffer`) on `metric` (`report.grpo_signal.filter_metric_key`: `reward`, `acc`
+    or `f1`): at most
     `max_gen_batches` generation batches a step (0: no limit), `INFLIGHT_GEN_BATCHES` of them generating at once."""
     return ["algorithm.filter_groups.enable=true", f"algorithm.filter_groups.metric={metric}",
             f"algorithm.filter_groups.max_num_gen_batches={max_gen_batches}",

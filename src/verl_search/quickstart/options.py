@@ -105,11 +105,11 @@ class StudyOptions(QuickstartOptions):
             on carries signal; max_gen_batches: generation batches one step may use before the run
             stops with an error (0: no limit); filter_metric: what must differ within a group: `reward` (the
             score, format credit included) or `answer` (the answer score alone, EM or token F1 as the reward
-            pays: a group that differs only by format credit is dropped; `grpo.filter_metric_key`).
+            pays: a group that differs only by format credit is dropped; `report.grpo_signal.filter_metric_key`).
         frontier_questions: training questions whose sampled success the start model is measured on
             before GRPO (`frontier_samples` rollouts each at temperature 1); GRPO then trains on those
             answered in some but not all samples (by exact match, or by token F1 where GRPO trains on an
-            F1 reward: `frontier.trained_measure`), and the start and GRPO models are measured on them
+            F1 reward: `report.grpo_signal.trained_measure`), and the start and GRPO models are measured on them
             again (the probe set, `verl_search.quickstart.frontier`); 0 (default): GRPO trains on
             every training question and no probe set is measured.
         balance_positions: GRPO trains on the frontier questions with as many two-option questions whose gold

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verl_search.quickstart.options import QuickstartOptions, StudyOptions, for_model, protocol_options, response_length
-from verl_search.quickstart.report import CONTROL
+from verl_search.report.quickstart import CONTROL
 from verl_search.runtime.child import in_child
 
 logger = logging.getLogger(__name__)
@@ -336,9 +336,10 @@ class Quickstart:
 
     def frontier(self) -> None:
         """The start model's sampled success on `--frontier-questions` training questions; those answered
-        sometimes (`frontier.trained_measure`) become GRPO's training questions and the probe set."""
+        sometimes (`report.grpo_signal.trained_measure`) become GRPO's training questions and the probe set."""
         from verl_search.eval.harness import run_eval
-        from verl_search.quickstart.frontier import trained_measure, write_candidates, write_frontier
+        from verl_search.quickstart.frontier import write_candidates, write_frontier
+        from verl_search.report.grpo_signal import trained_measure
 
         o = self.options
         candidates = self.out / "data" / "frontier_candidates.parquet"
@@ -375,9 +376,9 @@ class Quickstart:
 
     def report(self, timings: dict[str, dict]) -> dict:
         """Write the report (always redone: it reads every stage's output)."""
-        from verl_search.training.grpo_signal import read_rollouts, tokenizer_counter
+        from verl_search.report.grpo_signal import read_rollouts, tokenizer_counter
         from verl_search.training.progress import logged_steps
-        from verl_search.quickstart.report import load_probes, load_records, training_answer, write_report
+        from verl_search.report.quickstart import load_probes, load_records, training_answer, write_report
 
         records = load_records(self.out)
         seconds = self.out / "eval" / "seconds.json"

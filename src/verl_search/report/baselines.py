@@ -136,7 +136,7 @@ def searcher(models: dict[str, list[dict]]) -> str | None:
     """The model whose first searches the title baseline and the ceiling read: the first, in order, whose first
     search showed a passage on at least half as many questions as the model that did so on most (so the model
     training started from, past an untrained one that rarely searches); None where no model searched."""
-    from verl_search.eval.observations import top_title
+    from verl_search.report.observations import top_title
 
     counts = {name: sum(top_title(r) is not None for r in records) for name, records in models.items()}
     best = max(counts.values(), default=0)
@@ -159,7 +159,7 @@ def by_shape(models: dict[str, list[dict]], frequent: str | None = None, seen_by
         share}), "options": option_shares, "seen_by": model}}` (`options` for models only; `seen_by` for the
         title baseline and the ceiling).
     """
-    from verl_search.eval.observations import gold_visible, top_title
+    from verl_search.report.observations import gold_visible, top_title
 
     if not models:
         return {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verl_search.eval.compare import paired_bootstrap
+from verl_search.report.compare import paired_bootstrap
 
 #: the control run's name (`verl-search study --control`): GRPO on scores shuffled within each step; its
 #: folder, evaluation and probe are named after it, and the report compares it with GRPO's start model
@@ -20,13 +20,13 @@ CONTROL = "grpo_control"
 
 def probe_comparison(before: list[dict], after: list[dict], samples: int, seed: int) -> dict:
     """The probe set's sampled reward, EM and F1 per question, before vs after GRPO, paired over the questions
-    (`paired_bootstrap` of the per-question means, `verl_search.eval.report.by_question`;
+    (`paired_bootstrap` of the per-question means, `verl_search.report.evaluation.by_question`;
     `verl_search.quickstart.frontier`).
 
     Raises:
         ValueError: the two evaluations share no question.
     """
-    from verl_search.eval.report import by_question
+    from verl_search.report.evaluation import by_question
 
     a, b = by_question(before)["questions"], by_question(after)["questions"]
     ids = sorted(a.keys() & b.keys())
@@ -62,7 +62,7 @@ def trained_split(before: list[dict], after: list[dict], prompts: set[str], samp
 
     Returns `{"trained": comparison or None, "untrained": comparison or None}` (None: no such question).
     """
-    from verl_search.eval.rows import question_id
+    from verl_search.report.records import question_id
 
     text = {question_id(r["id"]): (r.get("question") or "").strip() for r in before}
     trained = {qid for qid, question in text.items() if question and any(question in p for p in prompts)}
@@ -97,7 +97,7 @@ def split_table(splits: dict[str, dict]) -> str:
 def load_probes(out: Path) -> dict[str, list[dict]]:
     """The probe evaluations' records of run folder `out` (`eval/probe_{cold_start,grpo,grpo_control}/
     trajectories.jsonl`; those not run are left out)."""
-    from verl_search.eval.records import read_trajectories
+    from verl_search.report.records import read_trajectories
 
     paths = {name: Path(out) / "eval" / f"probe_{name}" / "trajectories.jsonl"
              for name in ("cold_start", "grpo", CONTROL)}

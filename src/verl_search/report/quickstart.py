@@ -1,17 +1,17 @@
 """The quickstart's report: the models side by side, paired differences, training curves, timings.
 
 `report.md` / `report.json`: per model (untrained, cold start, GRPO, the control) and per data source, EM, F1
-and cover-EM with 95% intervals (`verl_search.eval.report.summarize`), searches per question,
+and cover-EM with 95% intervals (`verl_search.report.evaluation.summarize`), searches per question,
 share answered, failed searches; the paired comparison of consecutive models on the same
 questions (`paired_bootstrap` of the EM, F1 and reward differences); by question shape beside the baselines
 that know nothing (the top passage title of a model's first search among them) and the "gold visible" ceiling
-(`verl_search.eval.baselines`); what each model saw and did with it (`verl_search.eval.observations`: EM / F1
+(`verl_search.report.baselines`); what each model saw and did with it (`verl_search.report.observations`: EM / F1
 with the gold visible in its observations or not, searches, queries, second searches) with the cold start's
 count of visible-gold trajectories; the probe set split into the questions GRPO trained on and the others
 (`probes`); the stage timings. `curves.png`: the GRPO trainer's logged step metrics (`plot_curves`). "Why GRPO
 moved / did not move": the learning signal of each GRPO step, answer-score against format-only variance and
 the groups generated per trained group (`grpo_signal`). `rerender_report` rewrites the report of a run folder
-(or an exported one) from its kept files, without running a stage: `python -m verl_search.quickstart.report
+(or an exported one) from its kept files, without running a stage: `python -m verl_search.report.quickstart
 RUN_FOLDER`.
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from verl_search.eval.compare import paired
-from verl_search.quickstart.probes import (  # noqa: F401 (re-exported: the pipeline and tests import them from here)
+from verl_search.report.compare import paired
+from verl_search.report.probes import (  # noqa: F401 (re-exported: the pipeline and tests import them from here)
     CONTROL,
     load_probes,
     probe_comparison,
@@ -41,7 +41,7 @@ def _cell(entry: dict, key: str) -> str:
 
 def models_table(summaries: dict[str, dict]) -> str:
     """Markdown: one row per (model, data source), `all` first for each model. `summaries`: model
-    name -> `verl_search.eval.report.summarize` output."""
+    name -> `verl_search.report.evaluation.summarize` output."""
     lines = ["| model | data source | n | EM [95% CI] | F1 [95% CI] | cover-EM [95% CI] | searches/q | answered | "
              "failed searches |", "| --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: |"]
     for model, summary in summaries.items():
@@ -124,8 +124,8 @@ def cold_start_summary(out: Path) -> dict | None:
 def seen_section(conditional: dict[str, dict], cold: dict | None, seen_by: str | None) -> str:
     """The report's section "What the models saw": the cold start's visible-gold trajectories (`cold`:
     `cold_start_summary`) and the conditional metrics per model (`conditional`: model ->
-    `eval.observations.conditional_metrics`)."""
-    from verl_search.eval.observations import conditional_table
+    `report.observations.conditional_metrics`)."""
+    from verl_search.report.observations import conditional_table
 
     lines = ["## What the models saw", ""]
     if cold and cold.get("gold_visible") is not None:
@@ -144,7 +144,7 @@ def seen_section(conditional: dict[str, dict], cold: dict | None, seen_by: str |
               "those questions and on the others (retrieval and the observation's cut fail on the second, extraction "
               "on the first), searches per question, the share of its queries that differ from the question text, the "
               "share of questions searched twice or more, and EM / F1 had it answered with the title of the top "
-              "passage of its first search (`verl_search.eval.observations`)."
+              "passage of its first search (`verl_search.report.observations`)."
               + (f" The shape table's title baseline and ceiling read {seen_by}'s searches." if seen_by else ""), "",
               conditional_table(conditional)]
     return "\n".join(lines)
@@ -169,7 +169,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
         count_tokens: text -> token count, for the loss tokens with non-zero advantage
             (`grpo_signal.tokenizer_counter`); `None`: responses are counted, not tokens.
         frequent_answer: the training questions' most frequent answer, a baseline
-            (`verl_search.eval.baselines`); `None` leaves that baseline out.
+            (`verl_search.report.baselines`); `None` leaves that baseline out.
         probes: `{"cold_start": records, "grpo": records, CONTROL: records}` of the probe evaluations
             (`load_probes`): GRPO and the control each compared with the start in the section "Sampled reward
             on the frontier probe set", in all and split into trained and untrained questions (the control's
@@ -179,12 +179,11 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
 
     Returns the report as written to `report.json`.
     """
-    from verl_search.eval.baselines import by_shape, searcher, shape_table
-    from verl_search.eval.observations import conditional_metrics
-    from verl_search.eval.report import summarize
-    from verl_search.quickstart.frontier import trained_measure
-    from verl_search.quickstart.probes import split_table, trained_prompts, trained_split
-    from verl_search.training.grpo_signal import read_rollouts, section, step_signals
+    from verl_search.report.baselines import by_shape, searcher, shape_table
+    from verl_search.report.evaluation import summarize
+    from verl_search.report.grpo_signal import filter_metric_key, read_rollouts, section, step_signals, trained_measure
+    from verl_search.report.observations import conditional_metrics
+    from verl_search.report.probes import split_table, trained_prompts, trained_split
 
     options = meta.get("options", {})
     measure = trained_measure(options.get("reward", "em"), options.get("protocol", "search_r1"))
@@ -235,7 +234,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
              "## By question shape, beside baselines that know nothing", "",
              "Two-option questions name their candidates (\"..., X or Y?\"); a model's gain on a shape counts only "
-             "above the best baseline there (`verl_search.eval.baselines`). The ceiling is the share of questions "
+             "above the best baseline there (`verl_search.report.baselines`). The ceiling is the share of questions "
              "whose gold answer the observations showed: what a perfect reader of them could answer.", "",
              shape_table(shapes), seen_section(conditional, cold, seen_by)]
     if probe:
@@ -260,8 +259,6 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     if curves:
         parts += ["## GRPO training curves", "", "![curves](curves.png)", "", "Plotted: " + ", ".join(curves), ""]
     if signals:
-        from verl_search.quickstart.grpo import filter_metric_key
-
         metric = filter_metric_key(options.get("filter_metric") or "reward", options.get("reward", "em"),
                                    options.get("protocol", "search_r1"))
         parts += [section(signals, comparisons.get(f"{start} -> grpo: em") if start else None, metric)]
@@ -277,7 +274,7 @@ def training_answer(path: Path) -> str | None:
         return None
     import pandas as pd
 
-    from verl_search.eval.baselines import most_frequent_answer
+    from verl_search.report.baselines import most_frequent_answer
     from verl_search.rewards import gold_answers
 
     return most_frequent_answer(gold_answers(row["ground_truth"]) for row in pd.read_parquet(path)["reward_model"])
@@ -286,7 +283,7 @@ def training_answer(path: Path) -> str | None:
 def load_records(out: Path) -> dict[str, list[dict]]:
     """The evaluation records of run folder `out` (`eval/NAME/trajectories.jsonl`, for untrained,
     cold_start, grpo and grpo_control, in that order; models not evaluated are left out)."""
-    from verl_search.eval.records import read_trajectories
+    from verl_search.report.records import read_trajectories
 
     paths = {name: Path(out) / "eval" / name / "trajectories.jsonl"
              for name in ("untrained", "cold_start", "grpo", CONTROL)}
@@ -302,7 +299,7 @@ def rerender_report(out: Path, count_tokens=None) -> dict:
     Raises:
         FileNotFoundError: `out` has no `report.json`.
     """
-    from verl_search.training.grpo_signal import read_rollouts
+    from verl_search.report.grpo_signal import read_rollouts
     from verl_search.training.progress import logged_steps
 
     out = Path(out)
@@ -319,15 +316,15 @@ def rerender_report(out: Path, count_tokens=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m verl_search.quickstart.report RUN_FOLDER [--tokenizer MODEL]`: `rerender_report`;
+    """`python -m verl_search.report.quickstart RUN_FOLDER [--tokenizer MODEL]`: `rerender_report`;
     the tokenizer of MODEL (an HF folder or `smollm2`; default: the run's `grpo/hf`, when kept)
     counts the loss tokens."""
     import argparse
 
     from verl_search.llm.models import model_folder
-    from verl_search.training.grpo_signal import tokenizer_counter
+    from verl_search.report.grpo_signal import tokenizer_counter
 
-    parser = argparse.ArgumentParser(prog="python -m verl_search.quickstart.report", description=rerender_report.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m verl_search.report.quickstart", description=rerender_report.__doc__)
     parser.add_argument("out", type=Path)
     parser.add_argument("--tokenizer", default=None, help="HF folder or smollm2: its tokenizer counts the loss tokens")
     args = parser.parse_args(argv)

@@ -76,7 +76,7 @@ def summarize_pass_at_k(records: list[dict], ks: tuple[int, ...] = PASS_AT_K, bo
         `{source: {"questions": Q, "samples": [fewest, most] per question, "pass@K": {"mean", "ci95",
         "questions"}, ...}}`, each `pass@K` over the questions with at least K samples, `all` last.
     """
-    from verl_search.eval.rows import question_id
+    from verl_search.report.records import question_id
 
     groups: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
@@ -112,5 +112,5 @@ def pass_at_k_markdown(summary: dict[str, dict]) -> str:
     lines += ["", "pass@k: the chance that at least one of k samples of a question is an exact match, by the unbiased "
                   "estimator `1 - C(n - c, k) / C(n, k)` of n samples with c correct (Chen et al. 2021, arXiv "
                   "2107.03374, eq. 1), averaged over questions; 95% percentile bootstrap interval over questions "
-                  "(`verl_search.eval.pass_at_k`)."]
+                  "(`verl_search.report.pass_at_k`)."]
     return "\n".join(lines) + "\n"

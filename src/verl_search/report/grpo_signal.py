@@ -44,9 +44,39 @@ METRICS = {
 EQUAL = 1e-6
 #: the answer measure -> its key in `compute_score`'s result
 ANSWER_KEYS = {"em": "acc", "f1": "f1"}
+FILTER_METRICS = ("reward", "answer")
+"""`StudyOptions.filter_metric`: what must differ within a group for group filtering to keep it."""
 _OBSERVATION = re.compile(r"<information>.*?</information>", re.S)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _SESSION_KEY = re.compile(r"^(.+)_(\d+)_(\d+)$")
+
+
+def trained_measure(reward: str, protocol: str) -> str:
+    """The measure GRPO's reward pays (a `quickstart.frontier.FRONTIER_MEASURES` key): `f1` for an F1 reward
+    (`--reward f1`, or the `research` protocol, whose reward is ReSearch's F1), else `em`.
+
+    >>> trained_measure("em", "search_r1"), trained_measure("f1", "search_r1"), trained_measure("em", "research")
+    ('em', 'f1', 'f1')
+    """
+    return "f1" if reward == "f1" or protocol == "research" else "em"
+
+
+def filter_metric_key(filter_metric: str, reward: str = "em", protocol: str = "search_r1") -> str:
+    """verl's `algorithm.filter_groups.metric` for `filter_metric`: `reward` (verl's score, format credit
+    included: a group whose answers are all wrong but one malformed is kept) or, for `answer`, the output of
+    `compute_score` that holds the answer score alone: `acc` (EM) or `f1` where GRPO's reward pays token F1
+    (`trained_measure`). verl's reward loop hands every key of the reward's dict to the replay buffer
+    as `reward_extra_info`, where DAPO's filter reads a metric other than `reward`.
+
+    >>> filter_metric_key("answer"), filter_metric_key("answer", "f1"), filter_metric_key("reward", "f1")
+    ('acc', 'f1', 'reward')
+
+    Raises:
+        ValueError: `filter_metric` is not one of `FILTER_METRICS`.
+    """
+    if filter_metric not in FILTER_METRICS:
+        raise ValueError(f"filter_metric={filter_metric!r}: use one of {', '.join(FILTER_METRICS)}")
+    return "reward" if filter_metric == "reward" else ANSWER_KEYS[trained_measure(reward, protocol)]
 
 
 def read_rollouts(folder: Path) -> dict[int, list[dict]]:
@@ -239,7 +269,7 @@ def _answer_sentence(signals: list[dict], kept: list[dict]) -> str | None:
 
 def explain(signals: list[dict], comparison: dict | None = None, filter_metric: str = "reward") -> list[str]:
     """Sentences (markdown bullets) on what the steps' signal shows: the held-out verdict (`comparison`:
-    `eval.compare.paired_bootstrap` of cold start -> GRPO EM, or `None`), the groups without reward
+    `report.compare.paired_bootstrap` of cold start -> GRPO EM, or `None`), the groups without reward
     variance, the trained groups' answer signal (`_answer_sentence`), group filtering (on `filter_metric`:
     `reward`, or a reward output such as `acc`) and the groups generated per trained group, the steps whose
     every advantage was 0, entropy, KL, and the updates made."""

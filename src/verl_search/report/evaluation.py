@@ -131,7 +131,7 @@ def by_question(records: list[dict]) -> dict:
         `"sometimes"`, `"always"`: questions whose samples matched exactly in none, some or all of them
         (`"sometimes"`: the questions at the policy's frontier, the ones whose GRPO groups carry signal)}.
     """
-    from verl_search.eval.rows import question_id
+    from verl_search.report.records import question_id
 
     groups: dict[str, list[dict]] = defaultdict(list)
     for record in records:
@@ -149,11 +149,11 @@ def write_report(records: list[dict], out_dir: Path, title: str, meta: dict) -> 
     `meta`), `report.md` and `report.png`; return the summary.
 
     `by_shape`: the model's EM / F1 by question shape beside the first- and last-named-option baselines
-    (`verl_search.eval.baselines`), also a section of `report.md`; `by_question`: see `by_question`; `pass_at_k`:
-    pass@1, 4, 8 (where k <= samples) per data source with bootstrap intervals (`eval.pass_at_k`), also in `report.md`."""
-    from verl_search.eval.baselines import by_shape, shape_table
-    from verl_search.eval.pass_at_k import pass_at_k_markdown, summarize_pass_at_k
-    from verl_search.eval.rows import SAMPLE_MARK
+    (`verl_search.report.baselines`), also a section of `report.md`; `by_question`: see `by_question`; `pass_at_k`:
+    pass@1, 4, 8 (where k <= samples) per data source with bootstrap intervals (`report.pass_at_k`), also in `report.md`."""
+    from verl_search.report.baselines import by_shape, shape_table
+    from verl_search.report.pass_at_k import pass_at_k_markdown, summarize_pass_at_k
+    from verl_search.report.records import SAMPLE_MARK
 
     summary = summarize(records)
     shapes = by_shape({"model": records})
