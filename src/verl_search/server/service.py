@@ -39,8 +39,8 @@ class RetrievalService:
             `cache_mb` is 0).
         pages: the served corpus's pages for `POST /access` (`server.access.CorpusPages`), or None.
         health_extras: returns fields added to `GET /health` (see `server.app.index_service`), or None.
-        source: a loaded `Retriever`, or a zero-argument function that loads one: loaded in a background
-            thread by `start()` (None: nothing is loaded, the service stays `loading`).
+        source: a loaded `Retriever` (ready once `start()` returns), or a zero-argument function that loads
+            one in a background thread from `start()` on (None: nothing is loaded, the service stays `loading`).
         on_load_failure: called with the exception if loading fails (the CLI stops the server).
         routes: the app's routes beside `/retrieve` and `/health` (`SearchBackend.routes`).
 
@@ -71,8 +71,11 @@ class RetrievalService:
         self.error_handlers: dict = {}  # its errors (a lost shard: RetrieverUnavailableError) are the app's
 
     def start(self) -> None:
-        """Load `source` in a background thread (`load`): `/health` answers `loading` until it is in memory."""
-        if self.source is not None:
+        """Load `source` in a background thread (`load`): `/health` answers `loading` until it is in memory. A
+        retriever already loaded is made ready here, before the app answers its first request."""
+        if isinstance(self.source, Retriever):
+            self.load(self.source, self.on_load_failure)
+        elif self.source is not None:
             threading.Thread(target=self.load, args=(self.source, self.on_load_failure), name="index-loader",
                              daemon=True).start()
 

@@ -10,7 +10,10 @@ format, limits, errors, `/health`, query cache, `/access`, draining), bound to t
 its batches, which its own batcher sends as soon as they are gathered (`max_wait_ms` 0: the search process does
 the waiting). Workers are spawned, not forked: they import no torch and no faiss.
 
-While the index loads, the workers' `/health` says `loading` (503). SIGTERM or Ctrl-C drains: the search process
+A worker binds the port at once but listens only once the index is loaded (it has connected to the search process,
+which greets every worker together once all are connected, and has opened the corpus's pages): until then the port
+refuses connections, and a request never reaches a worker that cannot answer it yet (a worker answering `loading`
+beside a ready one would fail a client that `/health` had just called ready). SIGTERM or Ctrl-C drains: the search process
 passes the signal on to every worker, each drains as `serve` does, then the search process exits 0. A worker that
 exits otherwise stops the server with exit code 1; a worker whose search process has gone answers 503 and exits.
 """
@@ -114,25 +117,21 @@ def _worker_main(config: WorkerConfig) -> None:
     parent = os.getppid()
     pages = CorpusPages() if config.spec is not None else None
 
-    def load():
-        retriever = RemoteRetriever(config.address, config.authkey)
-        if pages is not None:
-            pages.lookup = PageLookup.open(config.spec.load_corpus())
-        return retriever
-
     def orphaned() -> None:  # the search process was killed without passing a signal on
         while os.getppid() == parent:
             time.sleep(1.0)
         os._exit(1)
 
     threading.Thread(target=orphaned, daemon=True, name="orphan-watch").start()
-    settings = config.settings.model_copy(update={"max_wait_ms": 0.0, "max_burst_wait_ms": 0.0})
-    app = create_app(index_service(load, settings, on_load_failure=lambda exc: os._exit(1),
-                                   fingerprint=config.fingerprint, pages=pages))
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((config.host, config.port))
+    sock.bind((config.host, config.port))  # the port is held; uvicorn listens once the app has started
+    if pages is not None:
+        pages.lookup = PageLookup.open(config.spec.load_corpus())
+    retriever = RemoteRetriever(config.address, config.authkey)  # returns once the index is loaded
+    settings = config.settings.model_copy(update={"max_wait_ms": 0.0, "max_burst_wait_ms": 0.0})
+    app = create_app(index_service(retriever, settings, fingerprint=config.fingerprint, pages=pages))
     uv_config = uvicorn.Config(app, log_level=config.log_level, timeout_graceful_shutdown=max(1.0, config.drain_timeout))
     draining_server(uv_config, app.state.service, config.drain_timeout).run(sockets=[sock])
 
@@ -154,18 +153,29 @@ class SearchProcess:
                                     max_batch_size=settings.max_batch_size, max_wait_ms=settings.max_wait_ms,
                                     burst_gap_ms=settings.burst_gap_ms, max_burst_wait_ms=settings.max_burst_wait_ms)
 
-    def listen(self, listener: Listener) -> None:
-        """Accept workers until the listener is closed; each connection gets the retriever's kind and size, then
-        answers `(queries, topk, fill)` with `(failed, hits or exception)`."""
+    def listen(self, listener: Listener, workers: int = 1) -> None:
+        """Accept connections until the listener is closed. The first `workers` are greeted together (the
+        retriever's kind and size) once all of them are connected, so that the workers start listening at once;
+        later ones at once. Each connection then answers `(queries, topk, fill)` with `(failed, hits or
+        exception)`."""
+        waiting = []
         while True:
             try:
                 conn = listener.accept()
             except OSError:  # closed at shutdown
                 return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True, name="search-conn").start()
+            waiting.append(conn)
+            if len(waiting) < workers:
+                continue
+            for conn in waiting:
+                threading.Thread(target=self._answer, args=(conn,), daemon=True, name="search-conn").start()
+            waiting, workers = [], 1
 
     def _answer(self, conn) -> None:
-        conn.send((self.retriever.kind, self.retriever.num_passages))
+        try:
+            conn.send((self.retriever.kind, self.retriever.num_passages))
+        except (EOFError, OSError):
+            return
         while True:
             try:
                 queries, topk, fill = conn.recv()
@@ -240,7 +250,8 @@ def serve_with_workers(options, settings: ServerSettings | None = None, hybrid=N
                     break
                 search = SearchProcess(loaded[0], settings)
                 listener = Listener(address, authkey=authkey)
-                threading.Thread(target=search.listen, args=(listener,), daemon=True, name="search-accept").start()
+                threading.Thread(target=search.listen, args=(listener, len(workers)), daemon=True,
+                                 name="search-accept").start()
     finally:
         for worker in workers:  # a drain: each worker answers what it holds, then exits
             if worker.is_alive():
