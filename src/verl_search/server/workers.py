@@ -10,12 +10,13 @@ format, limits, errors, `/health`, query cache, `/access`, draining), bound to t
 its batches, which its own batcher sends as soon as they are gathered (`max_wait_ms` 0: the search process does
 the waiting). Workers are spawned, not forked: they import no torch and no faiss.
 
-A worker binds the port at once but listens only once the index is loaded (it has connected to the search process,
-which greets every worker together once all are connected, and has opened the corpus's pages): until then the port
-refuses connections, and a request never reaches a worker that cannot answer it yet (a worker answering `loading`
-beside a ready one would fail a client that `/health` had just called ready). SIGTERM or Ctrl-C drains: the search process
-passes the signal on to every worker, each drains as `serve` does, then the search process exits 0. A worker that
-exits otherwise stops the server with exit code 1; a worker whose search process has gone answers 503 and exits.
+A worker binds the port at once but listens only once the index is loaded (it has connected to the search
+process, which greets every worker together once all are connected, and has opened the corpus's pages): until
+then the port refuses connections, and a request never reaches a worker that cannot answer it yet (a worker
+answering `loading` beside a ready one would fail a client that `/health` had just called ready). SIGTERM or Ctrl-C
+drains: the search process passes the signal on to every worker, each drains as `serve` does, then the search
+process exits 0. A worker that exits otherwise stops the server with exit code 1; a worker whose search process
+has gone answers 503 and exits.
 """
 
 from __future__ import annotations
