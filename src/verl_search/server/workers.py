@@ -159,18 +159,16 @@ class SearchProcess:
         retriever's kind and size) once all of them are connected, so that the workers start listening at once;
         later ones at once. Each connection then answers `(queries, topk, fill)` with `(failed, hits or
         exception)`."""
-        waiting = []
-        while True:
-            try:
-                conn = listener.accept()
-            except OSError:  # closed at shutdown
-                return
-            waiting.append(conn)
-            if len(waiting) < workers:
-                continue
-            for conn in waiting:
-                threading.Thread(target=self._answer, args=(conn,), daemon=True, name="search-conn").start()
-            waiting, workers = [], 1
+        try:
+            for conn in [listener.accept() for _ in range(workers)]:
+                self._answer_in_thread(conn)
+            while True:
+                self._answer_in_thread(listener.accept())
+        except OSError:  # closed at shutdown
+            return
+
+    def _answer_in_thread(self, conn) -> None:
+        threading.Thread(target=self._answer, args=(conn,), daemon=True, name="search-conn").start()
 
     def _answer(self, conn) -> None:
         try:
