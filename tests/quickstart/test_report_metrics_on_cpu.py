@@ -162,6 +162,30 @@ def test_the_shape_table_adds_the_top_title_baseline_and_the_gold_visible_ceilin
     assert "top passage title" not in by_shape(models)  # no searcher named: the rows as before
 
 
+def test_grpo_is_compared_with_its_control_and_on_the_questions_whose_gold_the_start_saw(tmp_path):
+    start = hand_written()  # gold visible for a, b, c (a and c right); d, e, f not
+    grpo = [dict(r, em=1.0, f1=1.0, score=1.0) if r["id"] in ("b", "d") else r for r in hand_written()]
+    control = [dict(r, em=0.0, f1=0.0, score=0.0) if r["id"] == "a" else r for r in hand_written()]
+    # GRPO's own observations show nothing: the subset is fixed by the start model's, not the compared models'
+    grpo = [dict(r, turns=[]) for r in grpo]
+    report = write_report(tmp_path, {"cold_start": start, "grpo": grpo, "grpo_control": control}, {}, {},
+                          {"title": "t"}, samples=200)
+    whole = report["comparisons"]["grpo_control -> grpo: f1"]
+    assert (whole["n"], whole["mean_diff"]) == (6, pytest.approx(3 / 6))  # a, b, d
+    subset = report["seen_subset"]
+    assert (subset["model"], subset["n"]) == ("cold_start", 3)
+    assert subset["comparisons"]["cold_start -> grpo: f1"]["mean_diff"] == pytest.approx(1 / 3)  # b only; d unseen
+    assert subset["comparisons"]["grpo_control -> grpo: f1"]["mean_diff"] == pytest.approx(2 / 3)  # a and b
+    assert subset["comparisons"]["cold_start -> grpo_control: em"]["mean_diff"] == pytest.approx(-1 / 3)
+    text = (tmp_path / "report.md").read_text()
+    assert "On the fixed subset of 3 questions whose gold answer is visible in cold_start's own observations" in text
+    assert "| grpo_control -> grpo: f1 | 3 | +0.667 [" in text
+    unseen = [dict(r, turns=[]) for r in hand_written()]
+    empty = write_report(tmp_path, {"cold_start": unseen, "grpo": grpo}, {}, {}, {"title": "t"}, samples=200)
+    assert empty["seen_subset"] == {"model": "cold_start", "n": 0, "comparisons": {}}
+    assert write_report(tmp_path, {"grpo": grpo}, {}, {}, {"title": "t"}, samples=200)["seen_subset"] is None
+
+
 def probe_records(qid: str, question: str, ems: list[float]) -> list[dict]:
     return [{"id": f"{qid}#{k}", "question": question, "em": em, "f1": em, "score": em} for k, em in enumerate(ems)]
 

@@ -46,15 +46,17 @@ def sign_test(better: int, worse: int) -> float:
     return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
 
 
-def paired(records_a: list[dict], records_b: list[dict], key: str, samples: int, seed: int) -> dict:
-    """`paired_bootstrap` of `key` over the question ids both record lists hold.
+def paired(records_a: list[dict], records_b: list[dict], key: str, samples: int, seed: int,
+           only: set[str] | None = None) -> dict:
+    """`paired_bootstrap` of `key` over the question ids both record lists hold (and `only` holds, when given:
+    a fixed subset of questions, e.g. those whose gold the start model saw).
 
     Raises:
-        ValueError: they share no question.
+        ValueError: they share no question (in `only`).
     """
     a = {r["id"]: float(r[key]) for r in records_a}
     b = {r["id"]: float(r[key]) for r in records_b}
-    ids = sorted(a.keys() & b.keys())
+    ids = sorted(a.keys() & b.keys() & (a.keys() if only is None else only))
     if not ids:
         raise ValueError(f"no question in common to compare {key!r} on")
     return paired_bootstrap([a[i] for i in ids], [b[i] for i in ids], samples, seed)

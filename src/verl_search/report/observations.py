@@ -113,6 +113,29 @@ def conditional_metrics(records: list[dict]) -> dict:
     }
 
 
+def seen_subset_comparisons(records: dict[str, list[dict]], seen_by: str, pairs: list[tuple[str, str]],
+                            samples: int, seed: int) -> dict:
+    """Paired comparisons on the fixed subset of questions whose gold answer is visible in `seen_by`'s own
+    observations (`gold_visible` on its records): where a better reader of what the start model retrieved could
+    gain, so a gain of GRPO's over the start (and over its control) on them is extraction learned, and a gain
+    nowhere else says the rest fails at retrieval or at the observation's cut.
+
+    Args:
+        records: model name -> its evaluation records (the same questions). seen_by: the model whose
+            observations fix the subset (the start of GRPO). pairs: `(a, b)` model names, compared `a -> b`.
+        samples, seed: of the paired bootstrap (`compare.paired`).
+
+    Returns `{"model": seen_by, "n": questions in the subset, "comparisons": {"a -> b: em|f1": paired(...)}}`;
+    `comparisons` is empty when the subset is.
+    """
+    from verl_search.report.compare import paired
+
+    ids = {r["id"] for r in records[seen_by] if gold_visible(r)}
+    comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed, only=ids)
+                   for a, b in pairs for key in ("em", "f1")} if ids else {}
+    return {"model": seen_by, "n": len(ids), "comparisons": comparisons}
+
+
 def _pair(cell: dict) -> str:
     return "-" if not cell["n"] else f"{cell['em']:.3f} / {cell['f1']:.3f} ({cell['n']})"
 

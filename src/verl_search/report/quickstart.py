@@ -3,7 +3,9 @@
 `report.md` / `report.json`: per model (untrained, cold start, GRPO, the control) and per data source, EM, F1
 and cover-EM with 95% intervals (`verl_search.report.evaluation.summarize`), searches per question,
 share answered, failed searches; the paired comparison of consecutive models on the same
-questions (`paired_bootstrap` of the EM, F1 and reward differences); by question shape beside the baselines
+questions (`paired_bootstrap` of the EM, F1 and reward differences; GRPO against its control too), and of GRPO,
+its start and the control on the questions whose gold the start model saw (`observations.seen_subset_comparisons`);
+by question shape beside the baselines
 that know nothing (the top passage title of a model's first search among them) and the "gold visible" ceiling
 (`verl_search.report.baselines`); what each model saw and did with it (`verl_search.report.observations`: EM / F1
 with the gold visible in its observations or not, searches, queries, second searches) with the cold start's
@@ -150,6 +152,15 @@ def seen_section(conditional: dict[str, dict], cold: dict | None, seen_by: str |
     return "\n".join(lines)
 
 
+def seen_subset_section(subset: dict | None) -> list[str]:
+    """The report's lines on the questions whose gold the start model saw (`seen_subset_comparisons`)."""
+    if not subset:
+        return []
+    lines = [f"On the fixed subset of {subset['n']} questions whose gold answer is visible in {subset['model']}'s "
+             "own observations (the questions where reading better can gain; `report.json`: `seen_subset`):", ""]
+    return lines + ([comparisons_table(subset["comparisons"])] if subset["comparisons"] else ["(none)", ""])
+
+
 def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, dict], steps: dict[int, dict],
                  meta: dict, samples: int = 10000, seed: int = 0, rollouts: dict[int, list[dict]] | None = None,
                  count_tokens=None, frequent_answer: str | None = None,
@@ -182,7 +193,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     from verl_search.report.baselines import by_shape, searcher, shape_table
     from verl_search.report.evaluation import summarize
     from verl_search.report.grpo_signal import filter_metric_key, read_rollouts, section, step_signals, trained_measure
-    from verl_search.report.observations import conditional_metrics
+    from verl_search.report.observations import conditional_metrics, seen_subset_comparisons
     from verl_search.report.probes import split_table, trained_prompts, trained_split
 
     options = meta.get("options", {})
@@ -193,9 +204,12 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     pairs = list(zip(trained, trained[1:])) + ([(trained[0], trained[-1])] if len(trained) > 2 else [])
     start = trained[trained.index("grpo") - 1] if "grpo" in trained[1:] else None
     if CONTROL in names and start:
-        pairs.append((start, CONTROL))  # the control against the model both runs started from
+        pairs += [(start, CONTROL), (CONTROL, "grpo")]  # the control against the start of both runs, and GRPO
     comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed)
                    for a, b in pairs for key in ("em", "f1", "score")}
+    seen_subset = seen_subset_comparisons(
+        records, start, [(start, "grpo")] + ([(start, CONTROL), (CONTROL, "grpo")] if CONTROL in names else []),
+        samples, seed) if start else None
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
     signals = step_signals(steps, rollouts or {}, count_tokens, measure) if steps or rollouts else []
     seen_by = searcher({model: records[model] for model in names})
@@ -209,7 +223,8 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
                CONTROL: trained_prompts(read_rollouts(out / CONTROL / "rollouts"))}
     splits = {run: trained_split(probes["cold_start"], probes[run], prompts[run], samples, seed) for run in runs}
     probe, probe_control = compared.get("grpo"), compared.get(CONTROL)
-    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "by_shape": shapes,
+    report = {"meta": meta, "models": summaries, "comparisons": comparisons, "seen_subset": seen_subset,
+              "by_shape": shapes,
               "conditional": conditional, "cold_start": cold, "probe": probe, "probe_control": probe_control,
               "probe_split": splits, "stages": timings, "curves": curves,
               "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals,
@@ -232,6 +247,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
                   "option as the last (`--balance-positions`).", ""]
     parts += [models_table(summaries),
              "## Paired differences (same questions)", "", comparisons_table(comparisons),
+             *seen_subset_section(seen_subset),
              "## By question shape, beside baselines that know nothing", "",
              "Two-option questions name their candidates (\"..., X or Y?\"); a model's gain on a shape counts only "
              "above the best baseline there (`verl_search.report.baselines`). The ceiling is the share of questions "
