@@ -345,7 +345,8 @@ def section(signals: list[dict], comparison: dict | None = None, filter_metric: 
     """The report's markdown section "Why GRPO moved / did not move": `explain` and `signal_table`."""
     verdict = "moved or did not move" if comparison is None else ("moved" if comparison["ci95"][0] > 0 else "did not move")
     return "\n".join([f"## Why GRPO {verdict}", "", "GRPO's advantage is a response's reward minus its group's mean "
-                      "(over the responses to one prompt), over the group's std: a group whose rewards are all equal "
+                      "(over the responses to one prompt), divided by the group's std unless the recipe sets "
+                      "`algorithm.norm_adv_by_std_in_grpo: false`: either way a group whose rewards are all equal "
                       "gives its tokens no gradient.", "", *explain(signals, comparison, filter_metric), "",
                       signal_table(signals)])
 
