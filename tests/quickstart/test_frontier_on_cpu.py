@@ -177,8 +177,9 @@ def test_the_report_compares_the_control_with_the_start_model(tmp_path):
               "grpo_control": [record(f"2wiki/1#{k}", float(k < 2)) for k in range(4)]}
     report = write_report(tmp_path, models, {}, {}, {"title": "t"}, samples=100, probes=probes)
     pairs = {key.rsplit(":", 1)[0] for key in report["comparisons"]}
-    assert pairs == {"cold_start -> grpo", "cold_start -> grpo_control"}, pairs
+    assert pairs == {"cold_start -> grpo", "cold_start -> grpo_control", "grpo_control -> grpo"}, pairs
     assert report["comparisons"]["cold_start -> grpo_control: em"]["mean_diff"] == 0.25
+    assert report["comparisons"]["grpo_control -> grpo: em"]["mean_diff"] == 0.5
     assert report["probe"]["score"]["after"] == 0.75 and report["probe_control"]["score"]["after"] == 0.5
     text = (tmp_path / "report.md").read_text()
     assert "| grpo_control | all | 4 |" in text and "The control: the same GRPO run" in text
