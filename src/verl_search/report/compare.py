@@ -56,7 +56,8 @@ def paired(records_a: list[dict], records_b: list[dict], key: str, samples: int,
     """
     a = {r["id"]: float(r[key]) for r in records_a}
     b = {r["id"]: float(r[key]) for r in records_b}
-    ids = sorted(a.keys() & b.keys() & (a.keys() if only is None else only))
+    common = a.keys() & b.keys()
+    ids = sorted(common if only is None else common & only)
     if not ids:
         raise ValueError(f"no question in common to compare {key!r} on")
     return paired_bootstrap([a[i] for i in ids], [b[i] for i in ids], samples, seed)

@@ -117,8 +117,8 @@ def seen_subset_comparisons(records: dict[str, list[dict]], seen_by: str, pairs:
                             samples: int, seed: int) -> dict:
     """Paired comparisons on the fixed subset of questions whose gold answer is visible in `seen_by`'s own
     observations (`gold_visible` on its records): where a better reader of what the start model retrieved could
-    gain, so a gain of GRPO's over the start (and over its control) on them is extraction learned, and a gain
-    nowhere else says the rest fails at retrieval or at the observation's cut.
+    gain. A gain of GRPO's over the start (and over its control) on them is better reading learned; on the other
+    questions retrieval or the observation's cut stands in the way.
 
     Args:
         records: model name -> its evaluation records (the same questions). seen_by: the model whose
