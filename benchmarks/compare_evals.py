@@ -56,7 +56,8 @@ def main() -> None:
     if args.seen_by:
         from verl_search.report.observations import gold_visible
 
-        ids = [i for i, r in records(args.seen_by).items() if i in set(ids) and gold_visible(r)]
+        common = set(ids)
+        ids = [i for i, r in records(args.seen_by).items() if i in common and gold_visible(r)]
         print(f"{len(ids)} questions in common whose gold {args.seen_by}'s observations show\n")
     else:
         print(f"{len(ids)} questions in common\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from verl_search.report.compare import paired
 from verl_search.rewards.qa import answer_in_observation, exact_match, f1_score, normalize_answer
 
 _SEARCH_R1_TITLE = re.compile(r'Doc 1\(Title: (?:"(?P<quoted>[^\n]*?)"(?=\)|, id: )|(?P<plain>[^\n]*?)(?=\)|, id: ))')
@@ -128,8 +129,6 @@ def seen_subset_comparisons(records: dict[str, list[dict]], seen_by: str, pairs:
     Returns `{"model": seen_by, "n": questions in the subset, "comparisons": {"a -> b: em|f1": paired(...)}}`;
     `comparisons` is empty when the subset is.
     """
-    from verl_search.report.compare import paired
-
     ids = {r["id"] for r in records[seen_by] if gold_visible(r)}
     comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed, only=ids)
                    for a, b in pairs for key in ("em", "f1")} if ids else {}

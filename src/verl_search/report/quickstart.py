@@ -203,13 +203,13 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     trained = [name for name in names if name != CONTROL]
     pairs = list(zip(trained, trained[1:])) + ([(trained[0], trained[-1])] if len(trained) > 2 else [])
     start = trained[trained.index("grpo") - 1] if "grpo" in trained[1:] else None
-    if CONTROL in names and start:
-        pairs += [(start, CONTROL), (CONTROL, "grpo")]  # the control against the start of both runs, and GRPO
+    # the control against the start of both runs, and GRPO against the control
+    control_pairs = [(start, CONTROL), (CONTROL, "grpo")] if CONTROL in names and start else []
+    pairs += control_pairs
     comparisons = {f"{a} -> {b}: {key}": paired(records[a], records[b], key, samples, seed)
                    for a, b in pairs for key in ("em", "f1", "score")}
-    seen_subset = seen_subset_comparisons(
-        records, start, [(start, "grpo")] + ([(start, CONTROL), (CONTROL, "grpo")] if CONTROL in names else []),
-        samples, seed) if start else None
+    seen_subset = seen_subset_comparisons(records, start, [(start, "grpo"), *control_pairs], samples, seed) \
+        if start else None
     curves = plot_curves(steps, out / "curves.png", "GRPO training steps (verl's logged metrics)") if steps else []
     signals = step_signals(steps, rollouts or {}, count_tokens, measure) if steps or rollouts else []
     seen_by = searcher({model: records[model] for model in names})
