@@ -4,7 +4,9 @@ image has no network: each step is one sub-command.
 
     prep OUT --model DIR [--passages N]   random-weight MiniLM (DIR's config and tokenizer, seeded weights of the
                                           same architecture: the same speed), the mini corpus, request bodies
-    wait URL PID [--timeout S]            until GET URL/health says ready; exit 1 at once if PID is gone or failed
+    wait URL PID [--timeout S] [--probe]  until GET URL/health says ready (--probe: until a one-query POST
+                                          URL/retrieve answers, for Search-R1's server, which has no health route);
+                                          exit 1 at once if PID is gone or failed
     load URL --bodies F --clients C ...   one wrk run: queries/s, p50/p99 ms, errors (JSON)
     same URL_A URL_B --questions F        top-5 ids of both servers for the same questions
     encoder DIR [--device D]              the query encoder's precision, forward size and queries/s per batch
@@ -88,20 +90,15 @@ def prep(args) -> None:
 
 
 def wait(args) -> None:
-    """Poll `URL/health` every 0.5 s; exit 1 at once if `PID` has exited or the server reports `failed`, and after
-    `--timeout` seconds if it is still not ready."""
+    """Poll `URL/health` every 0.5 s (`--probe`: POST one query to `URL/retrieve`); exit 1 at once if `PID` has
+    exited or the server reports `failed`, and after `--timeout` seconds if it is still not ready."""
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         try:
             os.kill(args.pid, 0)
         except ProcessLookupError:
             sys.exit(f"server {args.url} (pid {args.pid}) exited before it was ready")
-        try:
-            with urllib.request.urlopen(f"{args.url}/health", timeout=5) as response:
-                status = json.loads(response.read()).get("status")
-        except OSError as exc:  # 503 while loading (HTTPError), connection refused before it binds
-            body = getattr(exc, "read", lambda: b"{}")()
-            status = json.loads(body or b"{}").get("status") if body else None
+        status = _probe(args.url) if args.probe else _health(args.url)
         if status == "ready":
             emit({"step": "ready", "url": args.url, "after_s": round(args.timeout - (deadline - time.monotonic()), 1)})
             return
@@ -109,6 +106,25 @@ def wait(args) -> None:
             sys.exit(f"server {args.url} failed to load its index (see its log)")
         time.sleep(0.5)
     sys.exit(f"server {args.url} not ready after {args.timeout:.0f} s")
+
+
+def _health(url: str) -> str | None:
+    """`status` of GET URL/health, or None before the server binds."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            return json.loads(response.read()).get("status")
+    except OSError as exc:  # 503 while loading (HTTPError), connection refused before it binds
+        body = getattr(exc, "read", lambda: b"")()
+        return json.loads(body).get("status") if body else None
+
+
+def _probe(url: str) -> str | None:
+    """Return "ready" once a one-query POST URL/retrieve answers, else None."""
+    try:
+        _post(url, {"queries": ["probe"], "topk": 1, "return_scores": True}, timeout=5)
+        return "ready"
+    except OSError:  # not listening yet, or an error status while loading
+        return None
 
 
 def load(args) -> None:
@@ -124,10 +140,10 @@ def load(args) -> None:
     emit({"step": "load", "label": args.label, "clients": args.clients, **result})
 
 
-def _post(url: str, body: dict) -> dict:
+def _post(url: str, body: dict, timeout: float = 120.0) -> dict:
     request = urllib.request.Request(f"{url}/retrieve", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
 
@@ -159,20 +175,72 @@ def _timed(run, reps: int, sync) -> float:
 
 
 def encoder(args) -> None:
-    """The query encoder as `serve` builds it on `--device`: its precision, forward size, queries/s per batch size."""
+    """The query encoder as `serve` builds it on `--device`: its precision, forward size, queries/s per batch size,
+    and where a batch's milliseconds go: sentence-transformers' tokenization (`tokenize`), the Rust tokenizer's own
+    `encode_batch` (`rust_tokenize`; parallel unless TOKENIZERS_PARALLELISM is false), the forward pass over tensors
+    already on the device (`forward`), the same forward replayed as a CUDA graph (`forward_graph`, on CUDA; the
+    error where capture fails), and the whole `encode_queries` (`encode`)."""
+    import sentence_transformers
     import torch
+    import transformers
 
     from verl_search.retrieval.encoder import SentenceEncoder
 
     model = SentenceEncoder(args.model, device=args.device)
+    st = model._model
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     questions = json.loads(Path(args.questions).read_text())
-    record = {"step": "encoder", "device": str(model._model.device), "precision": model.precision,
-              "query_batch_size": model.query_batch_size}
+    record = {"step": "encoder", "device": str(st.device), "precision": model.precision,
+              "query_batch_size": model.query_batch_size,
+              "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM", ""),
+              "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                           "sentence_transformers": sentence_transformers.__version__}}
+    forwards = {}
     for batch in args.batches:
         texts = (questions * (batch // len(questions) + 1))[:batch]
-        record[f"b{batch}_qps"] = round(batch / _timed(lambda: model.encode_queries(texts), args.reps, sync))
+        seconds = _timed(lambda: model.encode_queries(texts), args.reps, sync)
+        record[f"b{batch}_qps"] = round(batch / seconds)
+        features = {name: value.to(st.device) if isinstance(value, torch.Tensor) else value
+                    for name, value in st.preprocess(texts).items()}
+
+        def forward(features=features):
+            with torch.inference_mode():
+                return st(dict(features))["sentence_embedding"]
+
+        record[f"b{batch}_ms"] = {
+            "encode": round(1e3 * seconds, 2),
+            "tokenize": round(1e3 * _timed(lambda: st.preprocess(texts), args.reps, sync), 2),
+            "rust_tokenize": round(1e3 * _timed(lambda: st.tokenizer.backend_tokenizer.encode_batch(texts), args.reps,
+                                                sync), 2),
+            "forward": round(1e3 * _timed(forward, args.reps, sync), 2),
+            "tokens": int(features["input_ids"].shape[1])}
+        forwards[batch] = forward
+    for batch, forward in forwards.items() if st.device.type == "cuda" else ():  # last: a failed capture can
+        record[f"b{batch}_ms"]["forward_graph"] = _graph_ms(forward, args.reps, sync)  # leave CUDA unusable
     emit(record)
+
+
+def _graph_ms(forward, reps: int, sync):
+    """ms per replay of `forward` captured as a CUDA graph (after 3 warm-up calls on a side stream), or the
+    capture's error; `graph_cosine`: the lowest cosine of its output against an eager call's."""
+    import torch
+
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                forward()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = forward()
+        graph.replay()
+        sync()
+        cosine = torch.nn.functional.cosine_similarity(captured.float(), forward().float(), dim=1).min().item()
+        return {"ms": round(1e3 * _timed(graph.replay, reps, sync), 2), "graph_cosine": round(cosine, 5)}
+    except Exception as exc:  # a measurement: the capture's error is the result
+        return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def exact(args) -> None:
@@ -221,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("url")
     p.add_argument("pid", type=int)
     p.add_argument("--timeout", type=float, default=180.0)
+    p.add_argument("--probe", action="store_true", help="POST one query to /retrieve instead of GET /health")
     p.set_defaults(run=wait)
     p = steps.add_parser("load")
     p.add_argument("url")

@@ -5,9 +5,12 @@
 #            in any/ (gpu_check.sh installs any/ and the running python's cpXY/), manylinux x86_64, at the versions installed here where they are (so pydantic and
 #            pydantic-core match), else the newest;
 #   deb/     wrk and its LuaJIT libraries (apt-get download; gpu_check.sh unpacks them with dpkg -x, no install);
-#   minilm/  all-MiniLM-L6-v2's config and tokenizer, no weights (gpu_check.py writes seeded random ones).
+#   minilm/  all-MiniLM-L6-v2's config and tokenizer, no weights (gpu_check.py writes seeded random ones);
+#   search_r1/retrieval_server.py  Search-R1's own server, unchanged, where SEARCH_R1 names a Search-R1 clone
+#            (gpu_check.sh then serves it beside ours: the 1-client ratio to the peer).
 #
-#   bash benchmarks/prepare_gpu_check.sh && du -sh build/gpu-check
+#   git clone https://github.com/PeterGriffinJin/Search-R1 /tmp/Search-R1
+#   SEARCH_R1=/tmp/Search-R1 bash benchmarks/prepare_gpu_check.sh && du -sh build/gpu-check
 # then run gpu_check.sh on the device with build/gpu-check carried.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,5 +43,9 @@ rm -rf "$GC_DIR/minilm"
 mkdir -p "$GC_DIR/minilm"
 (cd "$model" && find . -type f ! -name '*.safetensors' ! -name '*.bin' ! -path './onnx/*' ! -path './openvino/*' \
   -exec cp --parents {} "$GC_DIR/minilm/" \;)
-ls "$GC_DIR"/whl/* "$GC_DIR/deb"
+if [ -n "${SEARCH_R1:-}" ]; then
+  mkdir -p "$GC_DIR/search_r1"
+  cp "$SEARCH_R1/search_r1/search/retrieval_server.py" "$GC_DIR/search_r1/"
+fi
+ls "$GC_DIR"/whl/* "$GC_DIR/deb" "$GC_DIR"/search_r1 2> /dev/null
 du -sh "$GC_DIR"

@@ -20,12 +20,13 @@ def test_the_shell_scripts_parse(script):
     subprocess.run(["bash", "-n", str(REPO / "benchmarks" / script)], check=True)
 
 
-def test_a_dead_server_fails_the_wait_at_once():
+@pytest.mark.parametrize("probe", [[], ["--probe"]])  # --probe: Search-R1's server, which has no /health
+def test_a_dead_server_fails_the_wait_at_once(probe):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(HELPER), "wait", "http://127.0.0.1:9", str(gone.pid), "--timeout", "120"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, str(HELPER), "wait", "http://127.0.0.1:9", str(gone.pid), "--timeout", "120",
+                           *probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "exited before it was ready" in done.stderr
     assert time.monotonic() - started < 30  # python's start-up, not the 120-s deadline
 

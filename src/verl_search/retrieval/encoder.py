@@ -349,6 +349,12 @@ class SentenceEncoder:
             self._model.max_seq_length = max_length
         self.max_length = self._model.max_seq_length
         self.dim = int(self._model.get_embedding_dimension())
+        self._rust = None  # torch: the Rust tokenizer called directly where it gives preprocess's exact features
+        if backend == "torch":
+            from verl_search.retrieval.query_features import RustFeatures
+
+            self._rust = RustFeatures.for_model(self._model, self.max_length,
+                                                list(dict.fromkeys([self.query_prefix, self.passage_prefix])))
 
     def set_precision(self, precision: str) -> None:
         """Run the torch model in `precision` (a `PRECISIONS` name) from now on (`dense.verify_encoder` puts a
@@ -393,16 +399,20 @@ class SentenceEncoder:
         progress = tqdm(total=len(groups), unit="batch", desc="encoding", disable=not show_progress)
         if self._workers is None or len(groups) < 2:
             for rows in groups:
-                vectors[rows] = self._model.encode([texts[i] for i in rows], prompt=prefix or None, batch_size=batch_size,
-                                                   normalize_embeddings=self.normalize, convert_to_numpy=True,
-                                                   show_progress_bar=False)
+                chunk = [texts[i] for i in rows]
+                if self.backend == "torch":
+                    vectors[rows] = self._forward(self._features(chunk, prefix))
+                else:
+                    vectors[rows] = self._model.encode(chunk, prompt=prefix or None, batch_size=batch_size,
+                                                       normalize_embeddings=self.normalize, convert_to_numpy=True,
+                                                       show_progress_bar=False)
                 progress.update()
         else:
             # this thread tokenizes (the tokenizer is not thread safe) while the workers run the forward passes,
             # longest sub-batches first so that they finish together; at most two sub-batches per worker queued
             in_flight: deque = deque()
             for rows in reversed(groups):
-                features = self._model.preprocess([texts[i] for i in rows], prompt=prefix or None)
+                features = self._features([texts[i] for i in rows], prefix)
                 in_flight.append((rows, self._workers.submit(self._forward, features)))
                 while len(in_flight) > 2 * self._worker_count or (in_flight and in_flight[0][1].done()):
                     done, future = in_flight.popleft()
@@ -414,11 +424,22 @@ class SentenceEncoder:
         progress.close()
         return vectors
 
+    def _features(self, texts: list[str], prefix: str) -> dict:
+        """`SentenceTransformer.preprocess(texts, prompt=prefix)`'s features, from the Rust tokenizer where it gives
+        the same (`query_features.RustFeatures`: about 7x faster on a GPU node's batches) at the model's current
+        `max_seq_length`."""
+        if self._rust is not None and self._rust.max_length == self._model.max_seq_length:
+            return self._rust(texts, prefix)
+        return self._model.preprocess(texts, prompt=prefix or None)
+
     def _forward(self, features: dict) -> np.ndarray:
-        """One forward pass over tokenized `features` (`SentenceTransformer.preprocess`), as sentence-transformers'
-        `encode` runs it: shape `(batch, dim)`, float32, L2-normalised if `normalize`."""
+        """One forward pass over tokenized `features` (`_features`), as sentence-transformers' `encode` runs it (its
+        tensors moved to the model's device): shape `(batch, dim)`, float32, L2-normalised if `normalize`."""
         import torch
 
+        device = self._model.device
+        features = {name: value.to(device) if isinstance(value, torch.Tensor) else value
+                    for name, value in features.items()}
         with torch.inference_mode():
             vectors = self._model(features)["sentence_embedding"]
             if self.normalize:
