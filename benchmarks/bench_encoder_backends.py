@@ -27,7 +27,8 @@ from pathlib import Path
 
 from verl_search.eval.retrieval_quality import gold_title_recall, load_qa_with_titles
 from verl_search.retrieval.dense import verify_backend
-from verl_search.retrieval.encoder import BACKENDS, set_encoder_threads
+from verl_search.retrieval.encoder import BACKENDS
+from verl_search.retrieval.encoder_threads import set_encoder_threads
 from verl_search.retrieval.loader import resolve_index
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from tests.conftest import MINI_QA
-from verl_search.retrieval.encoder import SentenceEncoder, length_groups, single_threaded_workers
+from verl_search.retrieval.encoder import SentenceEncoder
+from verl_search.retrieval.encoder_threads import length_groups, single_threaded_workers
 
 QUESTIONS = [json.loads(line)["question"] for line in MINI_QA.read_text(encoding="utf-8").splitlines()][:96]
 

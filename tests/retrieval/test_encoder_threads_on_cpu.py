@@ -5,7 +5,7 @@ import argparse
 import pytest
 import torch
 
-from verl_search.retrieval.encoder import set_encoder_threads
+from verl_search.retrieval.encoder_threads import set_encoder_threads
 from verl_search.runtime.options import build
 from verl_search.server.command import add_serve_arguments
 from verl_search.server.serve import ServeOptions
