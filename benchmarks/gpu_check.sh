@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device check of the retrieval service on a lent H100/H200 (about 4 minutes; prints JSON lines).
+# Device check of the retrieval service on a lent H100/H200 (about 5 minutes on an H200; prints JSON lines).
 #
 # The GPU image has torch, transformers and sentence-transformers but no network: this installs the wheels and the
 # wrk packages that benchmarks/prepare_gpu_check.sh put into GC_DIR (default build/gpu-check, an ignored folder the
