@@ -34,10 +34,10 @@ def test_search_r1_turns_stop_at_the_closing_tag_and_resume_after_the_observatio
         tmp_path, tiny_qwen_hd64, bm25_server):
     from verl_search.datasets.preprocess import Source, build_rows
     from verl_search.eval.harness import EvalOptions, run_evals
-    from tests.training.searching_model import make_searching_model
+    from tests.training.searching_model import fitted_searching_model
 
     rows = build_rows([Source.parse(str(MINI_QA))], "test", "search_r1", max_per_source=2, seed=0)
-    fitted = make_searching_model(tiny_qwen_hd64, tmp_path / "model", rows, "search_r1")
+    fitted = fitted_searching_model(tiny_qwen_hd64, tmp_path / "model", rows, "search_r1")
     settings = dict(data=[str(MINI_QA)], engine="auto", retrieval_url=f"{bm25_server.url}/retrieve", max_per_source=1,
                     batch_size=3, max_turns=2, max_tokens_per_turn=24, response_length=1024)
     runs = {"random": tiny_qwen_hd64, "fitted": fitted, "random_again": tiny_qwen_hd64}

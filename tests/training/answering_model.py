@@ -12,12 +12,10 @@ Everything after a search is the model's own noise.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 
+from tests.training.fit_cache import cached_fit
 from tests.training.searching_model import QUERY, SEARCH_TURNS, _prompts
 
 RIGHT, WRONG = "Emma Thomas", "Steven Spielberg"
@@ -125,17 +123,8 @@ def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count
     write_parquet(source[:count] + unreachable, folder / "train.parquet")
     write_parquet(source, folder / "val.parquet")
     schema = yaml.safe_load(Path(config_path("tool")).read_text())["tools"][0]["tool_schema"]
-    cache = os.environ.get("VERL_SEARCH_TEST_CACHE")
     fit = [protocol, MOVES[protocol], WEIGHTS, FIT_STEPS, source, schema,
            json.loads((Path(base_folder) / "config.json").read_text())]
-    key = hashlib.sha256(json.dumps(fit, sort_keys=True).encode()).hexdigest()[:16]
-    model = Path(cache) / f"answering_{protocol}_{key}" if cache else folder / "model"
-    if not (model / "fitted.json").is_file():
-        partial = model.with_name(model.name + f".partial{os.getpid()}")
-        shutil.rmtree(partial, ignore_errors=True)
-        make_answering_model(base_folder, partial, source, protocol, schema)
-        try:
-            partial.rename(model)
-        except OSError:  # fitted by another process meanwhile
-            shutil.rmtree(partial, ignore_errors=True)
+    model = cached_fit(f"answering_{protocol}", fit, folder / "model",
+                       lambda out: make_answering_model(base_folder, out, source, protocol, schema))
     return model, folder / "train.parquet", folder / "val.parquet"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.training.fit_cache import cached_fit
+
 QUERY = "Christopher Nolan"
 SEARCH_TURNS = {
     "tool": '<tool_call>\n{"name": "search", "arguments": {"query_list": ["' + QUERY + '"]}}\n</tool_call><|im_end|>',
@@ -64,3 +66,13 @@ def make_searching_model(base_folder: Path, out: Path, rows: list[dict], protoco
     tokenizer.save_pretrained(out)
     (out / "fitted.json").write_text(json.dumps({"protocol": protocol, "final_loss": loss.item(), "steps": steps}))
     return out
+
+
+def fitted_searching_model(base_folder: Path, out: Path, rows: list[dict], protocol: str) -> Path:
+    """`make_searching_model` with its defaults, kept in `$VERL_SEARCH_TEST_CACHE` where it is set (a fit takes
+    about a minute on 2 cores): the tests that fit the same model on the same rows share one fit."""
+    steps, seed = 240, 0
+    inputs = [protocol, SEARCH_TURNS[protocol], [row["prompt"] for row in rows], steps, seed,
+              json.loads((Path(base_folder) / "config.json").read_text())]
+    return cached_fit(f"searching_{protocol}", inputs, out,
+                      lambda folder: make_searching_model(base_folder, folder, rows, protocol, steps=steps, seed=seed))

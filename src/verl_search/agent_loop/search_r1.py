@@ -178,7 +178,7 @@ class SearchR1AgentLoop(AgentLoopBase):
         ids = cut_at_first_stop(ids if first_end is None else ids[: first_end + 1], self._decode, list(stops))
         ids = ids[:remaining]
         trajectory.add_model_turn(ids, output.log_probs)
-        record = {"generated": self._decode(ids), "generated_tokens": len(ids)}
+        record = {"generated": self._decode(ids), "generated_tokens": len(ids), **_turn_versions(output.extra_fields)}
         trajectory.turns.append(record)
         return record
 
@@ -207,6 +207,14 @@ class SearchR1AgentLoop(AgentLoopBase):
         trajectory.add_observation(ids)
         record["observation"] = self._decode(ids)
         return True
+
+
+def _turn_versions(output_fields: dict) -> dict:
+    """The weight versions one model turn was generated with: `{"min_global_steps", "max_global_steps"}`
+    where verl's client reports them (they differ when an asynchronous trainer's weight update aborted the
+    turn and verl's `FullyAsyncLLMServerClient` resumed it under the new weights), else `{}`."""
+    return {key: output_fields[key] for key in ("min_global_steps", "max_global_steps")
+            if output_fields.get(key) is not None}
 
 
 def _track_weight_versions(fields: dict, output_fields: dict) -> None:

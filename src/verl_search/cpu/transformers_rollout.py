@@ -13,8 +13,11 @@ rollout name `verl_search.cpu.names.ROLLOUT_NAME`:
   `server_actor_name(replica_rank)`.
 * `TransformersRolloutServer`: loads the model from `model.path`, batches concurrent `generate`
   calls into one `model.generate` (stop strings, EOS, `max_tokens`, temperature / top-p / top-k,
-  log-probs when `calculate_log_probs`), takes weights with `update_weights`. Sleep / wake-up /
-  KV-cache calls are no-ops: nothing to free on a CPU.
+  log-probs when `calculate_log_probs`), takes weights with `update_weights`; for verl's asynchronous
+  trainers (partial rollout) it aborts running turns (`abort_all_requests`: the tokens so far, stop reason
+  `aborted`, which verl's `FullyAsyncLLMServerClient` resumes) and holds new ones until `resume_generation`.
+  Each output's `extra_fields["global_steps"]` is the trainer's step of the weights that generated it (as
+  verl's vLLM server reports it; before the first update, or where no step came, the count of updates). Sleep / wake-up / KV-cache calls are no-ops: nothing to free on a CPU.
 * `TransformersServerAdapter`: in each trainer worker; sends the trainer's full tensors to its
   replica's server (through Ray's object store) after every update.
 """
@@ -86,7 +89,7 @@ class TransformersRolloutServer:
                                                      trust_remote_code=model_config.trust_remote_code)
         batch = max(1, min(MAX_BATCH_SIZE, int(getattr(config, "max_num_seqs", MAX_BATCH_SIZE) or MAX_BATCH_SIZE)))
         self.engine = TransformersEngine(model, tokenizer, max_batch_size=batch)
-        self.weight_updates = 0
+        self._steps: dict[int, int] = {}  # engine weight version -> the trainer's step of those weights
         logger.info("rollout server %d: %s loaded from %s, batches of up to %d", replica_rank,
                     type(model).__name__, path, batch)
 
@@ -101,30 +104,50 @@ class TransformersRolloutServer:
         limit = default_max_tokens(self.config, len(prompt_ids))
         params["max_tokens"] = min(int(requested), limit) if requested else limit
         if params["max_tokens"] == 0:
-            return TokenOutput(token_ids=[], log_probs=[] if params.get("logprobs") else None, stop_reason="completed")
+            return TokenOutput(token_ids=[], log_probs=[] if params.get("logprobs") else None, stop_reason="completed",
+                               extra_fields={"global_steps": self._steps.get(self.weight_updates, self.weight_updates)})
         output = await self.engine.generate(request_id, prompt_ids=prompt_ids, sampling_params=params)
-        output.extra_fields["global_steps"] = self.weight_updates
+        version = output.extra_fields.pop("weight_version")
+        output.extra_fields["global_steps"] = self._steps.get(version, version)
         return output
 
-    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        """Load the trainer's tensors (names as in the model's `state_dict`); returns how many."""
+    @property
+    def weight_updates(self) -> int:
+        """Weight updates loaded so far."""
+        return self.engine.weight_version
+
+    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], global_steps: int | None = None) -> int:
+        """Load the trainer's tensors (names as in the model's `state_dict`) of trainer step `global_steps`;
+        returns how many."""
         loaded = await asyncio.to_thread(self.engine.load_weights, named_tensors)
-        self.weight_updates += 1
+        if global_steps is not None:
+            self._steps[self.engine.weight_version] = int(global_steps)
         logger.info("rollout server %d: weight update %d, %d tensors, checksum %.10e", self.replica_rank,
                     self.weight_updates, loaded, weights_checksum(named_tensors))
         return loaded
 
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict[str, Any]:
+        """Partial rollout: stop the running turns (answered with their tokens so far, stop reason `aborted`)
+        and hold new requests until `resume_generation` (answer them `aborted` at once with `reject_request`);
+        `{"aborted_count": n}` as verl's vLLM server (`vllm_async_server.py`, `abort_all_requests`)."""
+        return {"aborted_count": await self.engine.abort(reject=reject_request)}
+
+    async def resume_generation(self) -> None:
+        """Admit requests again after `abort_all_requests`."""
+        self.engine.resume()
+
     async def stats(self) -> dict[str, int]:
-        """Counters: `batches`, `requests`, `weight_updates`."""
+        """Counters: `batches`, `requests`, `weight_updates`, and `batch_steps` (tokens the running batch
+        has generated so far, 0 when idle)."""
         return {"batches": self.engine.batches, "requests": self.engine.requests,
-                "weight_updates": self.weight_updates}
+                "weight_updates": self.weight_updates, "batch_steps": self.engine.batch_steps}
 
     async def _noop(self, *args, **kwargs) -> None:
         return None
 
     # nothing to free or pause on a CPU: the model stays in host memory between steps
     wake_up = sleep = clear_kv_cache = release_kv_cache = resume_kv_cache = _noop
-    abort_all_requests = resume_generation = start_profile = stop_profile = _noop
+    start_profile = stop_profile = _noop
 
 
 class TransformersReplica(RolloutReplica):
@@ -177,10 +200,12 @@ class TransformersServerAdapter(BaseRollout):
     async def release(self):
         return None
 
-    async def update_weights(self, weights, wire_format: str = "named_tensors", **kwargs):
-        """Send `(name, tensor)` pairs to the server; raises `NotImplementedError` for other wire formats."""
+    async def update_weights(self, weights, wire_format: str = "named_tensors", global_steps: int | None = None,
+                             **kwargs):
+        """Send `(name, tensor)` pairs and the trainer's step to the server; raises `NotImplementedError` for
+        other wire formats."""
         if wire_format != "named_tensors":
             raise NotImplementedError(f"{ROLLOUT_NAME} takes full named tensors, not {wire_format!r}")
         named = [(name, tensor.detach().to("cpu", copy=True).contiguous()) for name, tensor in weights]
         if self.sends:
-            await self._server_handle().update_weights.remote(named)
+            await self._server_handle().update_weights.remote(named, global_steps=global_steps)
