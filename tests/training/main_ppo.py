@@ -54,10 +54,12 @@ def reward_overrides() -> list[str]:
 
 
 def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str, out: Path, steps: int,
-          overrides: list[str] | tuple[str, ...] = ()) -> dict:
+          overrides: list[str] | tuple[str, ...] = (), trainer: str = PROBE_TRAINER) -> dict:
     """`verl-search train RECIPE --cpu` for `steps` steps (it resumes from a checkpoint in `out/ckpt`).
 
-    Returns `code`, `log`, `metrics` ({step: {name: value}}), `records` (recorder.py lines) and `probe`
+    `trainer`: the probe of verl's sync trainer (`PROBE_TRAINER`) or of its `colocate_async` one
+    (`ASYNC_PROBE_TRAINER`). Returns `code`, `log`, `metrics` ({step: {name: value}}), `records` (recorder.py
+    lines) and `probe`
     (probe.py lines) of this run; the log is also written to `out/train_{steps}.log`.
     """
     from verl_search.cpu.names import PLUGIN_MODULE
@@ -69,7 +71,7 @@ def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str,
         f"data.train_files={train_file}", f"data.val_files={val_file}",
         f"trainer.total_training_steps={steps}", "trainer.total_epochs=100",  # the test data is a batch or two
         "trainer.val_before_train=false", f"trainer.default_local_dir={out / 'ckpt'}",
-        "trainer.logger=[console,file]", f"trainer.v1.trainer_mode={PROBE_TRAINER}",
+        "trainer.logger=[console,file]", f"trainer.v1.trainer_mode={trainer}",
         "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=tests.training.recorder.RecordingAgentLoopManager",
         *overrides, *reward_overrides(),
     ]

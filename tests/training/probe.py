@@ -1,5 +1,6 @@
-"""Test-only: verl's sync trainer, registered as `PROBE_TRAINER`, that measures what each update did
-to the batch it was computed on, with verl's own computations.
+"""Test-only: verl's sync trainer, registered as `PROBE_TRAINER` (and its `colocate_async` trainer, as
+`ASYNC_PROBE_TRAINER`), that measures what each update did to the batch it was computed on, with verl's own
+computations.
 
 * actor: the batch's `old_log_probs` (verl's `compute_log_prob` before the update) and, right after
   `update_actor`, the same `actor_rollout_wg.compute_log_prob` on the same batch;
@@ -28,12 +29,14 @@ import os
 import torch
 import transfer_queue as tq
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 from verl.workers.utils.padding import response_from_nested
 
 PROBE_ENV = "VERL_SEARCH_TEST_PROBE"
 PROBE_STEPS_ENV = "VERL_SEARCH_TEST_PROBE_STEPS"
 PROBE_TRAINER = "verl_search_probe"
+ASYNC_PROBE_TRAINER = "verl_search_probe_colocate_async"
 
 
 def _measured(step: int) -> bool:
@@ -63,18 +66,21 @@ def _write(records: list[dict]) -> None:
             probe.write(json.dumps(record) + "\n")
 
 
-class ProbeTrainer(PPOTrainerSync):
-    """`PPOTrainerSync` that records each update's effect on its own batch (module docstring).
+class _Probe:
+    """Records each update's effect on its own batch (module docstring), in front of a verl trainer class.
 
-    verl branches on `trainer_mode == "sync"` (the replay buffer, refill granularity, checkpoints): the probe
-    reports `sync`, whatever name picked it, so the run is verl's sync trainer in every branch."""
+    verl branches on `trainer_mode == "sync"` (the replay buffer, refill granularity, checkpoints) and reads
+    `trainer.v1.<mode>`: the probe reports its trainer's mode (`MODE`), whatever name picked it, so the run is
+    that verl trainer in every branch."""
+
+    MODE = "sync"
 
     @property
     def trainer_mode(self) -> str:
-        return "sync"
+        return self.MODE
 
     @trainer_mode.setter
-    def trainer_mode(self, name: str) -> None:  # verl assigns the configured name; the probe stays `sync`
+    def trainer_mode(self, name: str) -> None:  # verl assigns the configured name; the probe keeps its mode
         pass
 
     def _update_actor(self, batch, metrics):
@@ -141,5 +147,17 @@ class ProbeTrainer(PPOTrainerSync):
         return batch
 
 
+class ProbeTrainer(_Probe, PPOTrainerSync):
+    """verl's sync trainer, probed."""
+
+
+class AsyncProbeTrainer(_Probe, PPOTrainerColocateAsync):
+    """verl's `colocate_async` trainer (partial rollout), probed."""
+
+    MODE = "colocate_async"
+
+
 if TRAINER_REGISTRY.get(PROBE_TRAINER) is None:
     register_trainer(PROBE_TRAINER)(ProbeTrainer)
+if TRAINER_REGISTRY.get(ASYNC_PROBE_TRAINER) is None:
+    register_trainer(ASYNC_PROBE_TRAINER)(AsyncProbeTrainer)

