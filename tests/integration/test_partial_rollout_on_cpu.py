@@ -199,3 +199,10 @@ def test_each_turn_records_the_policy_versions_it_was_generated_with(aborted_run
     assert [(t["min_global_steps"], t["max_global_steps"]) for t in turns] == [(0, 0), (11, 12)]
     # the trajectory's range, which verl's trainer reads for its staleness metrics
     assert (output.non_tensor_batch["min_global_steps"][0], output.non_tensor_batch["max_global_steps"][0]) == (0, 12)
+    # a step training version 12: the search turn is stale, the answer turn in part (its first tokens: version 11)
+    from verl_search.training.metrics import search_metrics
+
+    stale = search_metrics([{"turns": turns}], policy_version=12)
+    search, answer = turns[0]["generated_tokens"], turns[1]["generated_tokens"]
+    assert stale["search/stale_tokens/share"] == pytest.approx(search / (search + answer))
+    assert stale["search/stale_tokens/share_max"] == 1.0

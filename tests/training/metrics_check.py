@@ -19,9 +19,10 @@ def logged_trajectory_metrics(values: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in values.items() if k.startswith("search/") and not k.startswith(BATCH_PREFIXES)}
 
 
-def expected_metrics(records: list[dict]) -> dict[str, float]:
-    """The `search/*` values of one step's samples: counters from their extra fields, reward means from our
-    reward's outputs, the share of valid turns from the tag protocol's turn records."""
+def expected_metrics(records: list[dict], step: int) -> dict[str, float]:
+    """The `search/*` values of training step `step`'s samples: counters from their extra fields, reward means
+    from our reward's outputs, the share of valid turns and the stale-token shares (weights older than version
+    `step - 1`, what the step trains) from the tag protocol's turn records."""
     from verl_search.agent_protocol.vocabulary import parse_action
 
     fields = [r["extra_fields"] for r in records]
@@ -40,7 +41,15 @@ def expected_metrics(records: list[dict]) -> dict[str, float]:
     if turns:
         expected["valid_turns/share"] = np.mean([(t.get("action") or parse_action(t["generated"]).kind) != "invalid"
                                                  for t in turns])
-    names = SEARCH_METRICS | ({"valid_turns/share"} if turns else set())
+    versioned = [t for t in turns if "min_global_steps" in t]
+    if versioned:
+        tokens = sum(t["generated_tokens"] for t in versioned)
+        expected["stale_tokens/share"] = sum(t["generated_tokens"] for t in versioned
+                                             if t["max_global_steps"] < step - 1) / tokens
+        expected["stale_tokens/share_max"] = sum(t["generated_tokens"] for t in versioned
+                                                 if t["min_global_steps"] < step - 1) / tokens
+    names = SEARCH_METRICS | ({"valid_turns/share"} if turns else set()) | (
+        {"stale_tokens/share", "stale_tokens/share_max"} if versioned else set())
     if set(expected) != names:
         raise AssertionError(f"recomputed {sorted(expected)}, expected the names {sorted(names)}")
     return {f"search/{k}": float(v) for k, v in expected.items()}

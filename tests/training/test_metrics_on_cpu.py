@@ -41,6 +41,22 @@ def test_valid_turns_come_from_the_tag_protocol_turn_records():
     assert not any(key.startswith(("search/em", "search/f1", "search/format_ok")) for key in metrics)
 
 
+def test_stale_tokens_are_counted_from_each_turns_weight_versions():
+    turns = [{"generated": "<search> a </search>", "generated_tokens": 5, "min_global_steps": 1, "max_global_steps": 1},
+             {"generated": "<answer> b </answer>", "generated_tokens": 15, "min_global_steps": 1, "max_global_steps": 2},
+             {"generated": "<answer> c </answer>", "generated_tokens": 20, "min_global_steps": 2, "max_global_steps": 2}]
+    trajectories = [{"turns": turns[:2]}, {"turns": turns[2:]}]
+    # training from version 2 (step 3): turn 1 is wholly stale, turn 2 (aborted and resumed) in part
+    assert search_metrics(trajectories, policy_version=2) == pytest.approx(
+        {**search_metrics(trajectories), "search/stale_tokens/share": 5 / 40, "search/stale_tokens/share_max": 20 / 40})
+    assert "search/stale_tokens/share" not in search_metrics(trajectories)  # no version given
+    fresh = search_metrics(trajectories, policy_version=1)
+    assert fresh["search/stale_tokens/share"] == fresh["search/stale_tokens/share_max"] == 0
+    # turns without versions (an engine that reports none) make no stale-token metric
+    unversioned = [{"turns": [{"generated": "<answer> b </answer>", "generated_tokens": 4}]}]
+    assert "search/stale_tokens/share" not in search_metrics(unversioned, policy_version=2)
+
+
 def test_a_reward_metric_is_left_out_unless_every_trajectory_has_it():
     metrics = search_metrics([{"reward_extra_info": reward(acc=1.0)}, {"reward_extra_info": {"answered": 0.0}}])
     assert "search/em/mean" not in metrics and "search/valid_turns/share" not in metrics

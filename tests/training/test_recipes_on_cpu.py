@@ -313,7 +313,7 @@ def test_search_metrics_logged_at_step_1_equal_the_rollouts(run):
     trained = {s["key"] for s in step_samples(run)}  # groups filtered out were generated, not trained on
     records = [r for r in run["records"] if r["key"] in trained]
     assert len(records) == run["batch"], len(records)
-    expected = expected_metrics(records)
+    expected = expected_metrics(records, step=1)
     assert set(logged) == set(expected), sorted(logged)
     for key, value in expected.items():
         assert logged[key] == pytest.approx(value, abs=1e-6), (key, logged[key], value)

@@ -107,6 +107,6 @@ def test_failed_searches_are_counted_in_the_step_metrics(run):
     # the step's metrics describe the groups it trained: under colocate_async, the first 2 of the 4 submitted
     # (step 1's and the warm-up batch's) that finished
     trained = {p["key"] for p in run["probe"] if p["kind"] == "actor" and p["step"] == 1}
-    expected = expected_metrics([r for r in run["records"] if r["key"] in trained])
+    expected = expected_metrics([r for r in run["records"] if r["key"] in trained], step=1)
     assert logged == pytest.approx(expected, abs=1e-6)
     assert logged["search/searched/mean"] > 0 and logged["search/failed_share"] == 1.0, logged

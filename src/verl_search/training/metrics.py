@@ -47,13 +47,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def search_metrics(trajectories: Iterable[dict]) -> dict[str, float]:
+def search_metrics(trajectories: Iterable[dict], policy_version: int | None = None) -> dict[str, float]:
     """Search-behaviour metrics of one training step's trajectories.
 
     Args:
         trajectories: each trajectory's `extra_fields` dict (verl's `AgentLoopOutput.extra_fields`
             after the reward: `num_searches`, `failed_searches`, `answered`, `turns`,
             `reward_extra_info`); missing counters count as 0.
+        policy_version: the weight version the step trains from (verl's `global_steps - 1`, as its
+            `training/off_policy/*` metrics count, `verl/trainer/ppo/v1/trainer_base.py`); with it, and turn
+            records that carry their versions, the stale-token shares below.
 
     Returns:
         `{name: value}`, names under `search/` (see docs/metrics.md): `num_searches/{mean,max,min}`
@@ -62,7 +65,11 @@ def search_metrics(trajectories: Iterable[dict]) -> dict[str, float]:
         searches, 0 without searches], `valid_turns/share` [valid model turns / model turns; only
         when trajectories carry turn records, i.e. the Search-R1 and ReSearch agent loops],
         `em/mean`, `f1/mean`, `cover_em/mean`, `format_ok/mean` [0..1; only when every
-        trajectory's `reward_extra_info` has the reward output]. Empty for no trajectories.
+        trajectory's `reward_extra_info` has the reward output]; `stale_tokens/share` and
+        `stale_tokens/share_max` [model tokens of turns generated wholly (`max_global_steps`), or at least
+        in part (`min_global_steps`), by weights older than `policy_version` / all model tokens of turns with
+        versions: the share of stale tokens lies between the two; a turn an asynchronous trainer aborted and
+        resumed across the update is in the second only]. Empty for no trajectories.
 
     >>> m = search_metrics([{"num_searches": 2, "failed_searches": 1, "reward_extra_info": {"answered": 1.0}},
     ...                     {"reward_extra_info": {"answered": 0.0}}])
@@ -91,10 +98,30 @@ def search_metrics(trajectories: Iterable[dict]) -> dict[str, float]:
     if records:
         valid = sum(_action(_plain(record)) != "invalid" for record in records)
         metrics[f"{PREFIX}/valid_turns/share"] = valid / len(records)
+        if policy_version is not None:
+            metrics.update(stale_token_shares([_plain(record) for record in records], policy_version))
     for name, key in REWARD_MEANS.items():
         if all(key in info for info in infos):
             metrics[f"{PREFIX}/{name}/mean"] = float(np.mean([_number(info[key]) for info in infos]))
     return metrics
+
+
+def stale_token_shares(turns: list[dict], policy_version: int) -> dict[str, float]:
+    """`stale_tokens/share` and `stale_tokens/share_max` of turn records (`search_metrics`); empty when no turn
+    carries its versions and token count.
+
+    >>> stale_token_shares([{"generated_tokens": 10, "min_global_steps": 2, "max_global_steps": 2},
+    ...                     {"generated_tokens": 30, "min_global_steps": 2, "max_global_steps": 3},
+    ...                     {"generated_tokens": 60, "min_global_steps": 3, "max_global_steps": 3}], 3)
+    {'search/stale_tokens/share': 0.1, 'search/stale_tokens/share_max': 0.4}
+    """
+    versioned = [t for t in turns if "min_global_steps" in t and "max_global_steps" in t and "generated_tokens" in t]
+    total = sum(int(t["generated_tokens"]) for t in versioned)
+    if not total:
+        return {}
+    whole = sum(int(t["generated_tokens"]) for t in versioned if int(t["max_global_steps"]) < policy_version)
+    part = sum(int(t["generated_tokens"]) for t in versioned if int(t["min_global_steps"]) < policy_version)
+    return {f"{PREFIX}/stale_tokens/share": whole / total, f"{PREFIX}/stale_tokens/share_max": part / total}
 
 
 def _action(record: dict) -> str:
@@ -115,7 +142,7 @@ def final_keys(keys: list[str]) -> list[str]:
     return [key for _, key in last.values()]
 
 
-def batch_search_metrics(keys: list[str], partition_id: str) -> dict[str, float]:
+def batch_search_metrics(keys: list[str], partition_id: str, policy_version: int | None = None) -> dict[str, float]:
     """`search_metrics` of the trajectories stored in TransferQueue under `keys` (last output per session)."""
     keys = final_keys(list(keys))
     if not keys:
@@ -123,4 +150,4 @@ def batch_search_metrics(keys: list[str], partition_id: str) -> dict[str, float]
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
     values = data["extra_fields"]
     values = values.tolist() if hasattr(values, "tolist") else list(values)
-    return search_metrics(values)
+    return search_metrics(values, policy_version)

@@ -206,7 +206,8 @@ class _SearchReplayBuffer:
             return batch, metrics
         added: dict[str, float] = {}
         try:
-            added.update(batch_search_metrics(batch.keys, batch.partition_id))
+            # the weights being trained are version global_steps - 1 (verl's off-policy metrics count so)
+            added.update(batch_search_metrics(batch.keys, batch.partition_id, policy_version=global_steps - 1))
             added.update(group_metrics(group_scores(batch.keys, batch.partition_id),
                                        metrics.get(DAPO_FILTERED_REWARD_COUNTS_KEY), self.filter_groups_metric))
             if self.trainer_mode == "sync":
