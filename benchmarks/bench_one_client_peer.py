@@ -19,7 +19,9 @@ Search-R1's. Then each server's gold-title hit@5 over the first `--hit-questions
     pip install "verl-search[openvino]" datasets   # in the retrieval service's own venv (no verl there)
     python benchmarks/bench_one_client_peer.py --search-r1 /tmp/Search-R1 --seconds 10 --rounds 6
 
-The machine's other load shows up in every number: compare servers of one run.
+The machine's other load shows up in every number: compare servers of one run. `--busy N` adds that load on
+purpose, as when the retriever shares a node with the trainer: N processes spinning on the CPU for the whole
+measurement (started after the servers are up, stopped before the hit@5 check).
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def main() -> None:
                         help="one of our servers and its serve flags (repeatable; default torch= and openvino=...)")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each round")
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--hit-questions", type=int, default=500, help="questions of the hit@5 check")
+    parser.add_argument("--hit-questions", type=int, default=500, help="questions of the hit@5 check (0: none)")
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning on the CPU during the rounds")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install -y wrk")
@@ -139,20 +142,25 @@ def main() -> None:
             corpus = plain_corpus(resolve_corpus(args.corpus), folder)
             servers["search-r1"] = PeerServer(script, index, corpus, encoder, folder / "search-r1.log").start()
             rounds: dict[str, list[dict]] = {name: [] for name in servers}
-            for number in range(args.rounds):
-                order = list(servers) if number % 2 == 0 else list(reversed(servers))
-                for name in order:
-                    rounds[name].append(run_wrk(servers[name].url, lua, bodies, 1, args.seconds))
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+            try:
+                for number in range(args.rounds):
+                    order = list(servers) if number % 2 == 0 else list(reversed(servers))
+                    for name in order:
+                        rounds[name].append(run_wrk(servers[name].url, lua, bodies, 1, args.seconds))
+            finally:
+                for process in busy:
+                    process.kill()
             titled = load_qa_with_titles(args.qa)[:args.hit_questions]
             hits = {name: gold_title_recall(HttpRetriever(server.url), titled, ks=(5,), batch_size=32)["all"]["hit@5"]
-                    for name, server in servers.items()}
+                    if titled else float("nan") for name, server in servers.items()}
         finally:
             for server in servers.values():
                 server.stop()
     qps = {name: [r["requests"] / (r["duration_us"] / 1e6) for r in rows] for name, rows in rounds.items()}
     p50 = {name: [r["p50"] / 1000 for r in rows] for name, rows in rounds.items()}
-    print(f"1 client x 1 query, {args.rounds} rounds of {args.seconds:.0f} s, alternating; median round, ratio to "
-          "Search-R1's median")
+    print(f"1 client x 1 query, {args.rounds} rounds of {args.seconds:.0f} s, alternating, {args.busy} busy "
+          "process(es); median round, ratio to Search-R1's median")
     print(f"{'server':>12} {'q/s':>8} {'p50 ms':>8} {'x search-r1':>11} {'hit@5':>7} {'errors':>6}  rounds q/s | p50 ms")
     for name in servers:
         median = statistics.median(qps[name])
