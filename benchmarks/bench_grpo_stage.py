@@ -5,8 +5,8 @@ train split), with the quickstart's default flags (`verl_search.quickstart.grpo.
 rollouts, the EM reward, group filtering) plus the variant's overrides, into `--out/NAME`. Printed per step:
 generation seconds, groups generated (`sync` only), generation seconds per group, the update's milliseconds per
 token (verl's `timing_per_token_ms/update_actor`), `old_log_prob` seconds, step seconds, trained tokens (verl's
-`perf/total_num_tokens`: prompt + response tokens of the step's batch) per step second, and, where verl logs them
-(the async modes), the mean spans and staleness of the trained trajectories in weight versions
+`perf/total_num_tokens`: prompt + response tokens of the step's batch) per step second, the mean response length,
+and, where verl logs them (the async modes), the mean spans and staleness of the trained trajectories in weight versions
 (`training/off_policy/*`); then the variant's wall seconds, its steps per hour over the wall time (start-up
 included) and over the steps alone, and its trained tokens per second over the steps alone. The groups drawn differ
 between variants (sampling), so compare seconds per group and per token, not step seconds.
@@ -23,12 +23,21 @@ finished groups; docs/training.md, "Asynchronous training"):
         --recipe examples/grpo_qwen2.5-3b-base_search_r1_async/config.yaml \\
         --variant sync=trainer.v1.trainer_mode=sync --variant colocate_async=
 
+The observation window's cost (docs/benchmarks/observation-window.md): an item whose key is a study option (a
+`StudyOptions` field such as `max_obs_tokens`, no dot in its key) sets that option, as `verl-search study` would,
+instead of adding a verl override (the agent loop's limits and the response length follow from it):
+
+    python benchmarks/bench_grpo_stage.py runs/quickstart --steps 2 --no-filter \\
+        --variant obs160=max_obs_tokens=160 --variant obs320=max_obs_tokens=320 \\
+        --variant obs480=max_obs_tokens=480 --variant obs640=max_obs_tokens=640
+
 (`--variant NAME=OVERRIDE[,OVERRIDE...]`; `NAME=` adds nothing.)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import time
@@ -47,10 +56,14 @@ def main() -> None:
     parser.add_argument("--recipe", type=Path, default=None, help="a recipe YAML (default: the shipped GRPO one)")
     parser.add_argument("--no-filter", action="store_true", help="group filtering off (the quickstart has it on)")
     args = parser.parse_args()
-    options = StudyOptions()
-    protocol = protocol_options(options, args.run / "index", engine="vllm")
+    option_fields = {f.name for f in dataclasses.fields(StudyOptions)}
     for variant in args.variant:
         name, _, extra = variant.partition("=")
+        items = [o for o in extra.split(",") if o]
+        settings = {k: int(v) if v.lstrip("-").isdigit() else v
+                    for k, _, v in (o.partition("=") for o in items if o.partition("=")[0] in option_fields)}
+        options = StudyOptions(**settings)
+        protocol = protocol_options(options, args.run / "index", engine="vllm")
         out = args.out / name
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -60,7 +73,7 @@ def main() -> None:
                                    prompts_per_step=options.prompts_per_step, group_size=options.group_size,
                                    lr=options.grpo_lr, kl=False, reward=options.reward,
                                    max_gen_batches=None if args.no_filter else options.max_gen_batches)
-        overrides += [o for o in extra.split(",") if o]
+        overrides += [o for o in items if o.partition("=")[0] not in option_fields]
         started = time.perf_counter()
         run_grpo(args.recipe or shipped_recipe(), args.run / "index", overrides, out, args.steps)
         wall = time.perf_counter() - started
@@ -83,7 +96,8 @@ def _step_line(data: dict) -> str:
     line = (f"gen {data['timing_s/gen']:.0f} s, {groups:.0f} groups, {data['timing_s/gen'] / groups:.1f} s per group; "
             f"update {data['timing_per_token_ms/update_actor']:.1f} ms per token; old_log_prob "
             f"{data.get('timing_s/old_log_prob', nan):.0f} s; step {data['timing_s/step']:.0f} s; "
-            f"{data.get('perf/total_num_tokens', nan) / data['timing_s/step']:.1f} trained tokens per s")
+            f"{data.get('perf/total_num_tokens', nan) / data['timing_s/step']:.1f} trained tokens per s; response "
+            f"{data.get('response_length/mean', nan):.0f} tokens (mean)")
     if "training/off_policy/trajectory_spans/mean" in data:
         line += (f"; spans {data['training/off_policy/trajectory_spans/mean']:.2f} (max "
                  f"{data['training/off_policy/trajectory_spans/max']:.0f}), staleness "
