@@ -42,9 +42,11 @@ def test_valid_turns_come_from_the_tag_protocol_turn_records():
 
 
 def test_stale_tokens_are_counted_from_each_turns_weight_versions():
-    turns = [{"generated": "<search> a </search>", "generated_tokens": 5, "min_global_steps": 1, "max_global_steps": 1},
-             {"generated": "<answer> b </answer>", "generated_tokens": 15, "min_global_steps": 1, "max_global_steps": 2},
-             {"generated": "<answer> c </answer>", "generated_tokens": 20, "min_global_steps": 2, "max_global_steps": 2}]
+    def turn(text: str, tokens: int, first: int, last: int) -> dict:
+        return {"generated": text, "generated_tokens": tokens, "min_global_steps": first, "max_global_steps": last}
+
+    turns = [turn("<search> a </search>", 5, 1, 1), turn("<answer> b </answer>", 15, 1, 2),
+             turn("<answer> c </answer>", 20, 2, 2)]
     trajectories = [{"turns": turns[:2]}, {"turns": turns[2:]}]
     # training from version 2 (step 3): turn 1 is wholly stale, turn 2 (aborted and resumed) in part
     assert search_metrics(trajectories, policy_version=2) == pytest.approx(

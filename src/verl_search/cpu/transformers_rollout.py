@@ -17,7 +17,8 @@ rollout name `verl_search.cpu.names.ROLLOUT_NAME`:
   trainers (partial rollout) it aborts running turns (`abort_all_requests`: the tokens so far, stop reason
   `aborted`, which verl's `FullyAsyncLLMServerClient` resumes) and holds new ones until `resume_generation`.
   Each output's `extra_fields["global_steps"]` is the trainer's step of the weights that generated it (as
-  verl's vLLM server reports it; before the first update, or where no step came, the count of updates). Sleep / wake-up / KV-cache calls are no-ops: nothing to free on a CPU.
+  verl's vLLM server reports it; before the first update, or where no step came, the count of updates).
+  Sleep / wake-up / KV-cache calls are no-ops: nothing to free on a CPU.
 * `TransformersServerAdapter`: in each trainer worker; sends the trainer's full tensors to its
   replica's server (through Ray's object store) after every update.
 """
@@ -116,7 +117,8 @@ class TransformersRolloutServer:
         """Weight updates loaded so far."""
         return self.engine.weight_version
 
-    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], global_steps: int | None = None) -> int:
+    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]],
+                             global_steps: int | None = None) -> int:
         """Load the trainer's tensors (names as in the model's `state_dict`) of trainer step `global_steps`;
         returns how many."""
         loaded = await asyncio.to_thread(self.engine.load_weights, named_tensors)

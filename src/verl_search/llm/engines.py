@@ -250,7 +250,8 @@ class TransformersEngine:
             output = self.model.generate(
                 input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new, eos_token_id=sorted(self.eos_ids),
                 pad_token_id=self.pad_id, stop_strings=stops or None, tokenizer=self.tokenizer if stops else None,
-                return_dict_in_generate=True, output_logits=want_log_probs, stopping_criteria=[criteria], **sampling,
+                return_dict_in_generate=True, output_logits=want_log_probs, stopping_criteria=[criteria],
+                **sampling,
             )
         sequences = output.sequences
         self.batches += 1
