@@ -21,6 +21,7 @@ each turn records.
 """
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import torch
@@ -73,7 +74,7 @@ def aborted_run(searching, bm25_server, ray_session):
     from verl_search.eval.batch import load_dataset, make_batch
 
     model_dir, out = searching
-    loops = yaml.safe_load(open(config_path("agent-loop")))
+    loops = yaml.safe_load(Path(config_path("agent-loop")).read_text())
     entry = next(e for e in loops if e["name"] == "search_r1_agent")
     entry.update(max_turns=1, max_tokens_per_turn=ANSWER_TOKENS, max_obs_tokens=1000,
                  retrieval_service_url=f"{bm25_server.url}/retrieve")
