@@ -261,11 +261,11 @@ class TransformersEngine:
         aborted = self._aborting.is_set()
         results = []
         for row, request in enumerate(batch):
-            ids, finished = self._trim(sequences[row, width:].tolist(), request)
+            ids = self._trim(sequences[row, width:].tolist(), request)
             log_probs = None
             if request.params.get("logprobs"):
                 log_probs = self._token_log_probs(output.logits, row, ids, temperature)
-            results.append((ids, log_probs, finished or not aborted))
+            results.append((ids, log_probs, not aborted or self._finished(ids, request)))
         return results
 
     def _token_log_probs(self, step_logits, row: int, ids: list[int], temperature: float) -> list[float]:
@@ -276,20 +276,25 @@ class TransformersEngine:
         return [float(torch.log_softmax(step_logits[step][row].float() / scale, dim=-1)[token])
                 for step, token in enumerate(ids)]
 
-    def _trim(self, ids: list[int], request: _Request) -> tuple[list[int], bool]:
-        """This request's tokens: up to its first EOS (kept), stop string, or `max_tokens`; and whether one
-        of those ended it (False: the batch stopped first, i.e. an abort)."""
-        limit = int(request.params.get("max_tokens") or len(ids))
+    def _trim(self, ids: list[int], request: _Request) -> list[int]:
+        """This request's tokens: up to its first EOS (kept), stop string, or `max_tokens`."""
         for position, token in enumerate(ids):
             if token in self.eos_ids:
-                return ids[: min(position + 1, limit)], True
+                ids = ids[: position + 1]
+                break
         stops = request.params.get("stop")
         if stops:
-            cut = cut_at_first_stop(ids, lambda t: self.tokenizer.decode(t, skip_special_tokens=False), stops)
-            if len(cut) < len(ids) or any(stop in self.tokenizer.decode(cut, skip_special_tokens=False)
-                                          for stop in stops):
-                return cut[:limit], True
-        return ids[:limit], len(ids) >= limit
+            ids = cut_at_first_stop(ids, lambda t: self.tokenizer.decode(t, skip_special_tokens=False), stops)
+        return ids[: int(request.params.get("max_tokens") or len(ids))]
+
+    def _finished(self, ids: list[int], request: _Request) -> bool:
+        """Whether a turn `_trim` returned ended on its own (EOS, a stop string, `max_tokens`) rather than where
+        an abort stopped its batch; asked of aborted batches only (one more decode per request)."""
+        if len(ids) >= int(request.params.get("max_tokens") or len(ids)) or (ids and ids[-1] in self.eos_ids):
+            return True
+        stops = request.params.get("stop") or []
+        text = self.tokenizer.decode(ids, skip_special_tokens=False) if stops else ""
+        return any(stop in text for stop in stops)
 
 
 class SGLangEngine:
