@@ -23,7 +23,8 @@ def main(run: Path, out: Path) -> None:
     quickstart = Quickstart(QuickstartOptions(out=str(run)))
     options = dataclasses.replace(quickstart.cold_start_options(), epochs=1)
     started = time.perf_counter()
-    model = run_cold_start(quickstart.base_model(), quickstart.index, quickstart.train_file, out / "cold_start", options)
+    model = run_cold_start(quickstart.base_model(), quickstart.index, quickstart.train_file, out / "cold_start",
+                           options)
     sft_seconds = time.perf_counter() - started
     evaluation = for_model(quickstart.protocol, str(model), quickstart.test_file, out / "eval" / "cold_start_1_epoch")
     summary = run_evals([evaluation])[0]
