@@ -84,7 +84,9 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
         picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return (picked * mask[:, len(prompt):]).sum(-1)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    # fused: one kernel over all parameters, 34 ms a step against 172 for the loop over them (the 151k-token
+    # embedding is most of the model); the same update to ~1e-7 a step (fitted move probabilities within 0.007)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0, fused=True)
     model.train()
     for step in range(steps):
         # the mixture's likelihood: every move of one prompt in each step, so no move is the last one seen

@@ -50,7 +50,9 @@ def make_searching_model(base_folder: Path, out: Path, rows: list[dict], protoco
     model = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
     target = tokenizer.encode(SEARCH_TURNS[protocol], add_special_tokens=False)
     examples = [(prompt, target) for prompt in _prompts(tokenizer, rows, protocol, tool_schema)]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    # fused: one kernel over all parameters, 34 ms a step against 172 for the loop over them (the 151k-token
+    # embedding is most of the model); the same update to ~1e-7 a step (fitted move probabilities within 0.007)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
     model.train()
     for step in range(steps):
         prompt, answer = examples[step % len(examples)]

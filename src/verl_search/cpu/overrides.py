@@ -34,6 +34,11 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
     - `attn_implementation=sdpa` for actor and critic (verl's default is flash-attention);
     - fp32 compute for actor, reference and critic (verl's default bf16 autocast is slower on
       most CPUs, and the rollout computes in fp32: their log-probs then agree to ~1e-6);
+    - no torch.compile of the entropy (`use_torch_compile=false` for actor and reference): on
+      the CPU inductor compiles C++ at the first call and again at each change of shape or grad
+      mode (a quickstart GRPO run reached dynamo's recompile limit, 8, in its first step); on an
+      empty cache, 47.7 s against 8.6 s eager for the same calls, equal values
+      (`benchmarks/bench_entropy_compile.py`, docs/benchmarks/cpu-engine.md);
     - `trainer.n_gpus_per_node` logical GPUs (default 1) and as many in Ray
       (`ray_kwargs.ray_init.num_gpus`): each is a trainer worker on the shared cores;
     - `CPU_LOGICAL_CPUS` logical CPUs for Ray; one TransferQueue storage unit, one agent-loop
@@ -61,6 +66,9 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
         f"++actor_rollout_ref.actor.fsdp_config.mixed_precision={FP32}",
         f"++actor_rollout_ref.ref.fsdp_config.mixed_precision={FP32}",
         f"++critic.fsdp.mixed_precision={FP32}",
+        "actor_rollout_ref.actor.use_torch_compile=false",  # the reference's follows it
+        "++actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        "++actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
         f"++ray_kwargs.ray_init.num_gpus={gpus}",
         f"ray_kwargs.ray_init.num_cpus={CPU_LOGICAL_CPUS}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
