@@ -24,6 +24,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# OpenMP threads that wait sleep instead of spinning (read when torch loads libgomp, so before any import of it; every
+# process a test starts inherits it): two pytest-xdist workers computing at once on 2 cores then share them. With
+# libgomp's default spin, two processes each running SmolLM2-sized forward and backward passes took 36.5 and 35.3 s a
+# pass against 5.9 and 6.2 s with PASSIVE and 4.3 s alone (benchmarks/bench_omp_wait.py, docs/benchmarks/omp-wait.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "tests" / "assets"
@@ -257,3 +262,11 @@ def ray_session():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the `timed` marks must be there
+def pytest_collection_modifyitems(config, items):
+    """The `timed` marks and the slow modules' hand-out order (tests/scheduling.py)."""
+    from tests.scheduling import order_and_mark
+
+    order_and_mark(items)

@@ -10,7 +10,8 @@ where the `[cpu]` extra is installed (README's install, so CI's), else the trans
   which samples the checkpoint's weights, and, with no group carrying signal, stops at `max_num_gen_batches`
   before any update: nothing moves the policy but the reward.
 * PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
-  an update and the resume are the same verl code as GRPO's, checked there).
+  an update and the resume are the same verl code as GRPO's, checked there). Its run is made in
+  `test_recipe_ppo_on_cpu.py`, which collects this module's tests for it.
 * GRPO ReSearch recipe: our `ReSearchAgentLoop` (stop at `</search>`, `<result>` blocks) and ReSearch's reward;
   2 prompts x 8 samples, 1 step, on one logical GPU (the recipe's tensor parallel 2 and 4 GPUs are GPU sizes);
   with verl's rollout correction on (token-level truncated importance sampling) at top-p 0.95, where vLLM's
@@ -141,30 +142,40 @@ COMMON = (
 )
 
 
-@pytest.fixture(scope="module", params=sorted(SETTINGS))
-def run(request, tiny_qwen_hd64, bm25_server, tmp_path_factory):
-    """`verl-search train RECIPE --cpu` for the recipe's steps; for a resumed recipe, then the same command with
-    one step more and `WITHOUT_SIGNAL` (it resumes from the last checkpoint). Wall times printed."""
-    recipe, protocol = RECIPES[request.param]
-    prompts, samples, steps, settings = SETTINGS[request.param]
-    out = tmp_path_factory.mktemp(request.param)
+TRAINED_HERE = ("grpo_research", "grpo_search_r1")
+"""The runs this module's `run` makes. `test_recipe_ppo_on_cpu.py` makes the PPO one and collects this module's
+tests for it, so that README's slow step can train in both of its workers at once (tests/scheduling.py)."""
+
+
+def train_recipe(name: str, tiny_qwen_hd64, bm25_server, tmp_path_factory) -> dict:
+    """`verl-search train RECIPE --cpu` for the `SETTINGS[name]` run's steps; for a resumed recipe, then the same
+    command with one step more and `WITHOUT_SIGNAL` (it resumes from the last checkpoint). Wall times printed."""
+    recipe, protocol = RECIPES[name]
+    prompts, samples, steps, settings = SETTINGS[name]
+    out = tmp_path_factory.mktemp(name)
     model, train_file, val_file = fitted_answering_model(tiny_qwen_hd64, out / "data", protocol, count=prompts,
-                                                         unanswerable=UNANSWERABLE.get(request.param, 0))
+                                                         unanswerable=UNANSWERABLE.get(name, 0))
     url = f"{bm25_server.url}/retrieve"
     started = time.perf_counter()
     first = train(recipe, model, train_file, val_file, url, out, steps=steps, overrides=[*COMMON, *settings])
     wall = time.perf_counter() - started
-    print(f"{ENGINE} {request.param}: {steps} step(s) in {wall:.0f} s")
+    print(f"{ENGINE} {name}: {steps} step(s) in {wall:.0f} s")
     assert first["code"] == 0, first["log"][-6000:]
     resumed = None
-    if request.param in RESUMED:
+    if name in RESUMED:
         started = time.perf_counter()
         resumed = train(recipe, model, train_file, val_file, url, out, steps=steps + 1,
                         overrides=[*COMMON, *settings, *WITHOUT_SIGNAL])
-        print(f"{ENGINE} {request.param}: resumed without signal for step {steps + 1} in "
+        print(f"{ENGINE} {name}: resumed without signal for step {steps + 1} in "
               f"{time.perf_counter() - started:.0f} s")
-    return {"name": request.param, "protocol": protocol, "out": out, "batch": prompts * samples, "steps": steps,
+    return {"name": name, "protocol": protocol, "out": out, "batch": prompts * samples, "steps": steps,
             "model": model, "resumed": resumed, **first}
+
+
+@pytest.fixture(scope="module", params=TRAINED_HERE)
+def run(request, tiny_qwen_hd64, bm25_server, tmp_path_factory):
+    """The run of `train_recipe(request.param, ...)`."""
+    return train_recipe(request.param, tiny_qwen_hd64, bm25_server, tmp_path_factory)
 
 
 def step_samples(run, step: int = 1) -> list[dict]:
