@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from tests.training.test_recipes_on_cpu import *  # noqa: F403 (the tests)
-from tests.training.test_recipes_on_cpu import train_recipe
+from tests.training.test_recipes_on_cpu import PPO_RUN, train_recipe
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", params=["ppo_search_r1"])
+@pytest.fixture(scope="module", params=[PPO_RUN])
 def run(request, tiny_qwen_hd64, bm25_server, tmp_path_factory):
     """The PPO run of `test_recipes_on_cpu.train_recipe`."""
     return train_recipe(request.param, tiny_qwen_hd64, bm25_server, tmp_path_factory)

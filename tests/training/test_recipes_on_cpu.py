@@ -142,9 +142,11 @@ COMMON = (
 )
 
 
-TRAINED_HERE = ("grpo_research", "grpo_search_r1")
-"""The runs this module's `run` makes. `test_recipe_ppo_on_cpu.py` makes the PPO one and collects this module's
-tests for it, so that README's slow step can train in both of its workers at once (tests/scheduling.py)."""
+PPO_RUN = "ppo_search_r1"
+"""The run `test_recipe_ppo_on_cpu.py` makes (collecting this module's tests for it), so that README's slow step can
+train in both of its workers at once (tests/scheduling.py)."""
+TRAINED_HERE = tuple(name for name in sorted(SETTINGS) if name != PPO_RUN)
+"""The runs this module's `run` makes: every other one of `SETTINGS`."""
 
 
 def train_recipe(name: str, tiny_qwen_hd64, bm25_server, tmp_path_factory) -> dict:
