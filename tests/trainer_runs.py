@@ -1,0 +1,64 @@
+"""Test-only: run a trainer's command (`verl-search train --cpu`, the quickstart's stages) as a test process, one at
+a time on the machine, its whole process group ended when it has to stop.
+
+README's slow step runs two pytest-xdist workers. Two trainer runs at once do not fit in 24 GiB: each starts a local
+Ray cluster of about a dozen processes (torch and vLLM imported in most, 0.6-1.5 GiB each) and a vLLM engine with its
+KV cache. With the PPO and the ReSearch recipes' runs side by side, memory in use reached 22.5 GiB (MemTotal minus
+MemAvailable, sampled every 0.5 s), and Ray's memory monitor, at its default 95% threshold, killed workers of both
+runs (an agent-loop worker, a vLLM server); verl then waits on the killed actors until the test's timeout. So:
+
+* `one_trainer_at_a_time` holds a file lock in the system's temporary folder for the length of the run: the other
+  worker's trainer run waits for it, and the other worker's tests that train nothing go on beside it;
+* `run_trainer` stops at once, with Ray's message in the log it returns, when Ray reports workers killed for
+  memory, and ends the whole process group (the trainer's Ray cluster included) on that or on its timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+TRAINER_LOCK = Path(tempfile.gettempdir()) / "verl-search-tests-trainer.lock"
+"""Held by the trainer run in progress: one at a time on the machine, whichever pytest process starts it."""
+RAY_MEMORY_KILL = "killed due to memory pressure"
+"""What Ray's raylet prints (to the driver's log) when its memory monitor kills workers."""
+POLL_S = 2.0
+"""Seconds between looks at the run's process and its log."""
+
+
+@contextlib.contextmanager
+def one_trainer_at_a_time():
+    """Hold `TRAINER_LOCK` for the block (waits while another test process holds it)."""
+    from filelock import FileLock
+
+    with FileLock(str(TRAINER_LOCK)):
+        yield
+
+
+def run_trainer(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> tuple[int, str]:
+    """Run `command` under `one_trainer_at_a_time`, its stdout and stderr into `log` (in the order written), in a
+    process group of its own. Returns (exit code, the log's text). The group is killed (SIGKILL) and the exit code is
+    -9 when the run passes `timeout` seconds (counted from its start, after the lock) or when its log reports
+    `RAY_MEMORY_KILL`; the log then ends with a line saying which."""
+    with one_trainer_at_a_time(), open(log, "w") as out:
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        started, reason = time.monotonic(), None
+        while process.poll() is None:
+            if time.monotonic() - started > timeout:
+                reason = f"the run passed its {timeout:.0f} s"
+            elif RAY_MEMORY_KILL in log.read_text(errors="replace"):
+                reason = f"Ray reported workers {RAY_MEMORY_KILL}"
+            if reason:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                out.write(f"\n[tests/trainer_runs.py] killed the run's process group: {reason}\n")
+                break
+            time.sleep(POLL_S)
+    return process.returncode, log.read_text(errors="replace")
