@@ -71,3 +71,12 @@ def test_runs_take_turns(tmp_path):
     first, second = sorted(end for _, end in spans.values())
     # one after the other: the second ended at least a run's length (1.5 s) after the first
     assert second - first >= 1.4 and first - started >= 1.4, (started, first, second)
+
+
+def test_a_run_that_trains_nothing_does_not_wait_for_the_turn(tmp_path):
+    from tests.trainer_runs import one_trainer_at_a_time
+
+    with one_trainer_at_a_time():  # a trainer run holds the turn
+        code, log = run_trainer([sys.executable, "-c", "print('exported')"], dict(os.environ), tmp_path,
+                                tmp_path / "export.log", timeout=30, take_turn=False)
+    assert code == 0 and log == "exported\n"

@@ -40,13 +40,16 @@ def one_trainer_at_a_time():
         yield
 
 
-def run_trainer(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> tuple[int, str]:
-    """Run `command` under `one_trainer_at_a_time`, its stdout and stderr into `log` (in the order written), in a
-    process group of its own. Returns (exit code, the log's text). The group is killed (SIGKILL) and the exit code is
-    -9 when the run passes `timeout` seconds (counted from its start, after the lock) or when its log reports
-    `RAY_MEMORY_KILL`; the log then ends with a line saying which."""
-    with one_trainer_at_a_time(), open(log, "w") as out:
-        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True,
+def run_trainer(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float,
+                take_turn: bool = True) -> tuple[int, str]:
+    """Run `command` under `one_trainer_at_a_time` (without it where `take_turn` is false: a command that trains
+    nothing), its stdout and stderr into `log` (in the order written), in a process group of its own. Returns (exit
+    code, the log's text). The group is killed (SIGKILL) and the exit code is -9 when the run passes `timeout` seconds
+    (counted from its start, after the lock) or when its log reports `RAY_MEMORY_KILL`; the log then ends with a line
+    saying which."""
+    turn = one_trainer_at_a_time() if take_turn else contextlib.nullcontext()
+    with turn, open(log, "w") as out:
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         started, reason = time.monotonic(), None
         while process.poll() is None:

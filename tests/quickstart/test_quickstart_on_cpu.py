@@ -51,19 +51,15 @@ def quickstart(out: Path, flags: list[str], logs: Path, trains: bool = False
                ) -> tuple[subprocess.CompletedProcess, float]:
     """`verl-search study --out OUT FLAGS` from OUT's parent folder (the quickstart's stages with the study flags
     the tiny run and `--export` need; README's main job is `verl-search quickstart`, whose stages and
-    fingerprints are the study's at its defaults); its output is kept in `logs`. `trains`: the run trains, so it
-    runs as one trainer at a time (tests/trainer_runs.py)."""
+    fingerprints are the study's at its defaults); its output, stdout and stderr in the order written, is kept in
+    `logs` and returned as the result's stdout. `trains`: the run trains, so it runs as one trainer at a time
+    (tests/trainer_runs.py)."""
     env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
     command = [sys.executable, "-m", "verl_search.cli", "study", "--out", str(out), *flags]
     log = logs / f"quickstart_{len(list(logs.glob('quickstart_*.log')))}.log"
     started = time.perf_counter()
-    if trains:
-        code, text = run_trainer(command, env, out.parent, log, TIMEOUT)
-        result = subprocess.CompletedProcess(command, code, stdout=text, stderr="")
-    else:
-        result = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-        log.write_text(result.stdout + result.stderr)
-    return result, time.perf_counter() - started
+    code, text = run_trainer(command, env, out.parent, log, TIMEOUT, take_turn=trains)
+    return subprocess.CompletedProcess(command, code, stdout=text, stderr=""), time.perf_counter() - started
 
 
 def attempts(out: Path) -> dict[str, int]:
