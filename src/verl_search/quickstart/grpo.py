@@ -23,7 +23,7 @@ from verl_search.agent_protocol.registry import search_cap_keys
 from verl_search.eval.options import EvalOptions
 from verl_search.report.grpo_signal import filter_metric_key
 from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
-from verl_search.training.progress import run_logged
+from verl_search.training.progress import failure_message, run_logged
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
                           log, metrics, steps, out.name)
     checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
     if code != 0 or not checkpoint.is_dir():
-        raise RuntimeError(f"GRPO training failed (exit {code}, no {checkpoint}); its output is in {log}")
+        raise RuntimeError(failure_message(f"GRPO training failed (exit {code}, no {checkpoint})", log))
     merged = out / "hf"
     if not (merged / "config.json").is_file():
         merge = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
@@ -212,5 +212,5 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
         with open(log, "a", encoding="utf-8") as sink:
             code = subprocess.call(merge, stdout=sink, stderr=subprocess.STDOUT)
         if code != 0:
-            raise RuntimeError(f"verl's model merger failed on {checkpoint} (exit {code}); see {log}")
+            raise RuntimeError(failure_message(f"verl's model merger failed on {checkpoint} (exit {code})", log))
     return merged

@@ -305,14 +305,14 @@ def run_sft(model: str, data: Path, out: Path, log: Path, metrics: Path, **setti
         RuntimeError: the trainer failed (the message names `log`).
     """
     from verl_search.cpu.overrides import cpu_env
-    from verl_search.training.progress import run_logged
+    from verl_search.training.progress import failure_message, run_logged
 
     command = sft_command(model, data, out, **settings)
     env = {**cpu_env(), "VERL_FILE_LOGGER_PATH": str(metrics)}
     code = run_logged(command, env, log, metrics, settings["steps"], "cold start (verl SFT)")
     folder = out / f"global_step_{settings['steps']}" / "huggingface"
     if code != 0 or not (folder / "config.json").is_file():
-        raise RuntimeError(f"verl's SFT trainer failed (exit {code}); its output is in {log}")
+        raise RuntimeError(failure_message(f"verl's SFT trainer failed (exit {code})", log))
     return folder
 
 

@@ -12,6 +12,12 @@ from pathlib import Path
 REFRESH_S = 30
 """Seconds between redraws of a step bar while no step finishes (logs stay short)."""
 
+EXCERPT_LINES = 40
+"""Lines of a failed trainer's log quoted in the error (`log_excerpt`)."""
+
+EXCERPT_LINE_CHARS = 400
+"""Characters kept of each quoted line (Ray and Hydra print very long ones)."""
+
 
 def logged_steps(metrics: Path) -> dict[int, dict]:
     """verl's file-logger lines by step (`VERL_FILE_LOGGER_PATH`); a torn last line is skipped."""
@@ -24,6 +30,26 @@ def logged_steps(metrics: Path) -> dict[int, dict]:
                 continue
             steps.setdefault(entry["step"], {}).update(entry["data"])
     return steps
+
+
+def log_excerpt(log: Path, lines: int = EXCERPT_LINES) -> str:
+    """The last `lines` lines (default `EXCERPT_LINES`) of a trainer's `log`, each cut to
+    `EXCERPT_LINE_CHARS` characters and indented, for the error raised when the trainer failed: where it
+    runs unattended (CI, a cluster job) the log folder is often gone by the time anyone reads the error.
+    An empty string when the log does not exist or is empty."""
+    if not log.is_file():
+        return ""
+    with open(log, encoding="utf-8", errors="replace") as source:
+        tail = [line.rstrip("\n") for line in source][-lines:]
+    kept = [line if len(line) <= EXCERPT_LINE_CHARS else line[:EXCERPT_LINE_CHARS] + " [...]" for line in tail]
+    return "\n".join("    " + line for line in kept)
+
+
+def failure_message(what: str, log: Path) -> str:
+    """`what` (e.g. "GRPO training failed (exit 1)"), where the whole output is, and the log's last lines
+    (`log_excerpt`)."""
+    excerpt = log_excerpt(log)
+    return f"{what}; its output is in {log}" + (f", which ends:\n{excerpt}" if excerpt else " (empty)")
 
 
 def run_logged(command: list[str], env: dict, log: Path, metrics: Path, total: int, desc: str) -> int:

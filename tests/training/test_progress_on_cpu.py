@@ -1,0 +1,33 @@
+"""`verl_search.training.progress`: a trainer run's exit code, and the error of a failed one, which quotes the end
+of its log (the quickstart's GRPO and cold-start stages raise it; in CI the log folder is gone by the time anyone
+reads the error). The trainer here is a real child process that prints and fails, not verl: what is tested is the
+log and the message, which do not depend on what the child is."""
+
+from __future__ import annotations
+
+import sys
+
+from verl_search.training.progress import EXCERPT_LINE_CHARS, EXCERPT_LINES, failure_message, run_logged
+
+FAILING = "import sys\nfor i in range(100):\n    print(f'line {i}')\nprint('x' * 5000)\nsys.exit('ValueError: boom')"
+
+
+def test_a_failed_runs_error_quotes_the_end_of_its_log(tmp_path):
+    log = tmp_path / "train.log"
+    code = run_logged([sys.executable, "-u", "-c", FAILING], {}, log, tmp_path / "metrics.jsonl", 2, "test")
+    assert code == 1
+    message = failure_message(f"GRPO training failed (exit {code})", log)
+    head, _, excerpt = message.partition("\n")
+    assert head == f"GRPO training failed (exit 1); its output is in {log}, which ends:"
+    lines = excerpt.split("\n")
+    assert len(lines) == EXCERPT_LINES
+    assert lines[-1] == "    ValueError: boom"  # the child's stderr is in the log too
+    assert lines[-2] == "    " + "x" * EXCERPT_LINE_CHARS + " [...]"  # a long line is cut, and says so
+    assert lines[0] == f"    line {100 - EXCERPT_LINES + 2}"
+    assert "line 0\n" not in message
+
+
+def test_a_missing_or_empty_log_is_said_to_be_empty(tmp_path):
+    assert failure_message("failed", tmp_path / "none.log") == f"failed; its output is in {tmp_path / 'none.log'} (empty)"
+    (tmp_path / "empty.log").write_text("")
+    assert failure_message("failed", tmp_path / "empty.log").endswith("(empty)")
