@@ -123,7 +123,9 @@ class StudyOptions(QuickstartOptions):
             the report compares each with the start model. Excludes `permuted_reward`.
         max_tokens_per_turn, max_obs_tokens, temperature: the protocol's token limits and the evaluation
             temperature, shared by training and evaluation (`protocol_options`).
-        batch_size: questions rolled out together in an evaluation.
+        batch_size: questions rolled out together in an evaluation (default 102: the default held-out set in
+            one batch; against batches of 34, the `evaluate` stage's rollouts took 0.89x the time with the same
+            predictions, results/eval_batch_size/).
         bootstrap_samples: resamples of the paired bootstrap.
         export: a folder to copy the report and the files behind it into (`quickstart.export.export_run`).
 
@@ -158,7 +160,9 @@ class StudyOptions(QuickstartOptions):
     max_tokens_per_turn: int = field(default=64, metadata=_help("tokens per model turn (train and eval)"))
     max_obs_tokens: int = field(default=160, metadata=_help("tokens per observation (train and eval)"))
     temperature: float = field(default=0.0, metadata=_help("evaluation and validation temperature (0: greedy)"))
-    batch_size: int = field(default=34, metadata=_help("questions rolled out together in an evaluation"))
+    batch_size: int = field(default=102, metadata=_help(
+        "questions rolled out together in an evaluation (vLLM's max_num_seqs); the default holds the 102 held-out "
+        "questions in one batch"))
     bootstrap_samples: int = field(default=10000, metadata=_help("paired bootstrap resamples"))
     export: str | None = field(default=None, metadata=_help("also copy the files behind the report here "
                                                              "(no index, checkpoints or models)"))
