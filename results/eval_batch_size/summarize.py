@@ -27,8 +27,9 @@ def main() -> None:
         differing = sum(run["predictions"][m][q] != first["predictions"][m][q]
                         for m in MODELS for q in first["predictions"][m])
         total = sum(len(first["predictions"][m]) for m in MODELS)
-        print(f"| {name} | {run['batch_size']} | {run['stage_seconds']:.1f} | "
-              + " | ".join(f"{s:.1f}" for s in rollouts) + f" | {sum(rollouts):.1f} | {ratio:.2f}x | {differing} of {total} |")
+        cells = [name, run["batch_size"], f"{run['stage_seconds']:.1f}", *(f"{s:.1f}" for s in rollouts),
+                 f"{sum(rollouts):.1f}", f"{ratio:.2f}x", f"{differing} of {total}"]
+        print("| " + " | ".join(str(cell) for cell in cells) + " |")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ def test_a_failed_runs_error_quotes_the_end_of_its_log(tmp_path):
     assert "line 0\n" not in message
 
 
-def test_a_missing_or_empty_log_is_said_to_be_empty(tmp_path):
-    assert failure_message("failed", tmp_path / "none.log") == f"failed; its output is in {tmp_path / 'none.log'} (empty)"
-    (tmp_path / "empty.log").write_text("")
-    assert failure_message("failed", tmp_path / "empty.log").endswith("(empty)")
+def test_a_missing_log_and_an_empty_one_are_named_as_such(tmp_path):
+    missing, empty = tmp_path / "none.log", tmp_path / "empty.log"
+    assert failure_message("failed", missing) == f"failed; it wrote no log ({missing} does not exist)"
+    empty.write_text("")
+    assert failure_message("failed", empty) == f"failed; its output is in {empty} (empty)"

@@ -183,7 +183,8 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
 
     Raises:
         FileNotFoundError: `recipe` does not exist.
-        RuntimeError: check-config found problems, or training or merging failed (the message names the log).
+        RuntimeError: check-config found problems, or training or merging failed (the message names the
+            log and quotes its end, `training.progress.failure_message`).
     """
     from verl_search.cpu.vllm_cpu import KVCACHE_ENV
     from verl_search.server.local import serve_for_run

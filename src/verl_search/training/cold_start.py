@@ -302,7 +302,7 @@ def run_sft(model: str, data: Path, out: Path, log: Path, metrics: Path, **setti
     """Run verl's SFT trainer (`sft_command`); return the Hugging Face folder of its last step.
 
     Raises:
-        RuntimeError: the trainer failed (the message names `log`).
+        RuntimeError: the trainer failed (the message names `log` and quotes its end, `progress.failure_message`).
     """
     from verl_search.cpu.overrides import cpu_env
     from verl_search.training.progress import failure_message, run_logged

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections import deque
 from pathlib import Path
 
 REFRESH_S = 30
@@ -36,18 +37,22 @@ def log_excerpt(log: Path, lines: int = EXCERPT_LINES) -> str:
     """The last `lines` lines (default `EXCERPT_LINES`) of a trainer's `log`, each cut to
     `EXCERPT_LINE_CHARS` characters and indented, for the error raised when the trainer failed: where it
     runs unattended (CI, a cluster job) the log folder is often gone by the time anyone reads the error.
-    An empty string when the log does not exist or is empty."""
-    if not log.is_file():
-        return ""
+    An empty string when the log is empty; the log is read line by line, only the last `lines` kept.
+
+    Raises:
+        FileNotFoundError: `log` does not exist."""
     with open(log, encoding="utf-8", errors="replace") as source:
-        tail = [line.rstrip("\n") for line in source][-lines:]
-    kept = [line if len(line) <= EXCERPT_LINE_CHARS else line[:EXCERPT_LINE_CHARS] + " [...]" for line in tail]
+        tail = deque(source, maxlen=lines)
+    kept = [line.rstrip("\n") for line in tail]
+    kept = [line if len(line) <= EXCERPT_LINE_CHARS else line[:EXCERPT_LINE_CHARS] + " [...]" for line in kept]
     return "\n".join("    " + line for line in kept)
 
 
 def failure_message(what: str, log: Path) -> str:
     """`what` (e.g. "GRPO training failed (exit 1)"), where the whole output is, and the log's last lines
-    (`log_excerpt`)."""
+    (`log_excerpt`); says so when the log is empty or was never written."""
+    if not log.is_file():
+        return f"{what}; it wrote no log ({log} does not exist)"
     excerpt = log_excerpt(log)
     return f"{what}; its output is in {log}" + (f", which ends:\n{excerpt}" if excerpt else " (empty)")
 
