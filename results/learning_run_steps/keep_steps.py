@@ -11,6 +11,7 @@ no copy, no extra disk). It exits when every step asked for is kept.
 
 import argparse
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -28,13 +29,7 @@ def main() -> None:
         step = int(marker.read_text().strip()) if marker.is_file() else 0
         if step in left:
             source, target = args.ckpt / f"global_step_{step}" / "actor", args.keep / f"global_step_{step}" / "actor"
-            for path in sorted(source.rglob("*")):
-                destination = target / path.relative_to(source)
-                if path.is_dir():
-                    destination.mkdir(parents=True, exist_ok=True)
-                else:
-                    destination.parent.mkdir(parents=True, exist_ok=True)
-                    os.link(path, destination)
+            shutil.copytree(source, target, copy_function=os.link)
             print(f"kept step {step}: {target}", flush=True)
             left.discard(step)
         time.sleep(args.poll_seconds)

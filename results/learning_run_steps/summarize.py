@@ -9,13 +9,12 @@ and on the 101 whose gold the cold start's observations show; paired bootstrap a
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 from verl_search.report.baselines import option_shares, question_shape
 from verl_search.report.compare import paired_bootstrap
 from verl_search.report.observations import gold_visible
+from verl_search.report.records import read_trajectories
 
 HERE = Path(__file__).parent
 FIRST = HERE.parent / "learning_run"
@@ -24,10 +23,15 @@ MODELS = {"learning_run, 8 steps": FIRST / "eval" / "grpo",
 
 
 def records(folder: Path) -> dict[str, dict]:
-    """Question id -> evaluation record of `folder`'s `trajectories.jsonl` (or `.jsonl.gz`)."""
-    plain = folder / "trajectories.jsonl"
-    text = plain.read_text() if plain.is_file() else gzip.open(folder / "trajectories.jsonl.gz", "rt").read()
-    return {r["id"]: r for r in map(json.loads, text.splitlines())}
+    """Question id -> evaluation record of `folder`'s `trajectories.jsonl` (`report.records.read_trajectories`).
+
+    Raises:
+        FileNotFoundError: the folder holds no `trajectories.jsonl`.
+    """
+    path = folder / "trajectories.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: the kept evaluations are read from this folder's checkout")
+    return read_trajectories(path)
 
 
 def cell(before: dict, after: dict, ids: list[str], key: str = "f1") -> str:
