@@ -144,6 +144,22 @@ def test_other_options_are_refused_naming_what_changed_even_upstream(tmp_path):
         needs_run(tmp_path / "stages", "eval", fingerprint(stages[1], by_name, changed))
 
 
+def test_a_stage_recorded_before_dtype_existed_ran_in_float32(tmp_path):
+    """A run folder made before `--dtype` resumes with `--dtype float32` and is refused, by name, with bfloat16."""
+    from verl_search.quickstart.pipeline import fingerprint
+
+    stages = [Stage("data", ("test_questions",), (), lambda: None),
+              Stage("cold_start", ("sft_examples", "dtype"), ("data",), lambda: None)]
+    by_name = {s.name: s for s in stages}
+    old = {"options": {"sft_examples": 32}, "needs": {"data": {"options": {"test_questions": 102}, "needs": {}}}}
+    write_record(tmp_path / "stages", "cold_start", StageRecord(old, status="done"))
+    float32 = fingerprint(stages[1], by_name, StudyOptions(out=str(tmp_path), dtype="float32"))
+    assert needs_run(tmp_path / "stages", "cold_start", float32) is False
+    bfloat16 = fingerprint(stages[1], by_name, StudyOptions(out=str(tmp_path), dtype="bfloat16"))
+    with pytest.raises(ValueError, match=r"options\.dtype: 'float32' then, 'bfloat16' now"):
+        needs_run(tmp_path / "stages", "cold_start", bfloat16)
+
+
 def test_never_started_stage_needs_a_run(tmp_path):
     assert needs_run(tmp_path, "x", {"options": {}}) is True
     write_record(tmp_path, "x", StageRecord({"options": {}}, status="done"))
@@ -218,6 +234,49 @@ def test_grpo_trains_on_the_chosen_reward_with_group_filtering(tmp_path, tiny_qw
     assert dict(control.trainer.v1.sampler.sampler_kwargs) == {"permute_scores": True, "permute_seed": 3}
     with pytest.raises(ValueError, match="reward='acc'"):
         grpo_overrides(protocol, **{**common, "reward": "acc"})
+
+
+@pytest.mark.parametrize("dtype, short", [("float32", "fp32"), ("bfloat16", "bf16")])
+def test_the_dtype_reaches_both_trainers_and_every_vllm_rollout(tmp_path, tiny_qwen, dtype, short):
+    """`--dtype` composes into verl's config: the GRPO actor's FSDP mixed precision (gradients reduced in fp32) and
+    its vLLM rollout's dtype, the SFT trainer's mixed precision, and each evaluation's vLLM replica; the
+    transformers engine's rollouts stay float32."""
+    from verl_search.eval.verl_run import vllm_overrides
+    from verl_search.quickstart.grpo import grpo_overrides, shipped_recipe
+    from verl_search.training.cold_start import sft_command
+    from verl_search.verl_config.compose import compose_verl_config
+
+    options = StudyOptions(dtype=dtype)
+    protocol = protocol_options(options, tmp_path / "index", "vllm")
+    assert protocol.dtype == dtype
+    config = compose_verl_config(grpo_overrides(protocol, model=str(tiny_qwen), train_file=tmp_path / "a",
+                                                val_file=tmp_path / "b", out=tmp_path, steps=1, prompts_per_step=2,
+                                                group_size=2, lr=1e-5, kl=False, dtype=dtype), recipe=shipped_recipe())
+    precision = config.actor_rollout_ref.actor.fsdp_config.mixed_precision
+    assert (precision.param_dtype, precision.reduce_dtype, precision.buffer_dtype) == (short, "fp32", "fp32")
+    assert config.actor_rollout_ref.rollout.dtype == dtype
+    evaluation = for_model(protocol, str(tiny_qwen), tmp_path / "t.parquet", tmp_path / "e")
+    assert f"actor_rollout_ref.rollout.dtype={dtype}" in vllm_overrides(evaluation)
+    sft = sft_command(str(tiny_qwen), tmp_path / "t.parquet", tmp_path / "ckpt", steps=1, batch_size=1, lr=1e-4,
+                      max_length=64, dtype=dtype)
+    assert f"++engine.mixed_precision={{param_dtype:{short},reduce_dtype:fp32,buffer_dtype:fp32}}" in sft
+    assert protocol_options(options, tmp_path / "index", "transformers").dtype == "float32"
+
+
+def test_auto_dtype_is_resolved_before_any_stage_records_it(tmp_path, monkeypatch):
+    """A run folder records the dtype that ran, not `auto`: moved to a CPU without native bf16, its trained stages
+    are refused by name instead of being taken as the same run."""
+    from verl_search.cpu import precision
+    from verl_search.quickstart.pipeline import Quickstart, fingerprint
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
+    monkeypatch.setattr("verl_search.quickstart.pipeline.in_child", lambda function, *args: function(*args))
+    run = Quickstart(QuickstartOptions(out=str(tmp_path), engine="transformers"))
+    assert run.options.dtype == "bfloat16"
+    stages = {stage.name: stage for stage in run.stages()}
+    for name in ("cold_start", "grpo", "evaluate"):
+        assert fingerprint(stages[name], stages, run.options)["options"]["dtype"] == "bfloat16", name
+    assert "dtype" not in fingerprint(stages["data"], stages, run.options)["options"]
 
 
 def test_the_weight_sync_bucket_holds_the_largest_tensor(tmp_path):

@@ -10,12 +10,11 @@ import os
 from verl_search.cpu import vllm_cpu
 from verl_search.cpu.engine import default_cpu_rollout
 from verl_search.cpu.names import PLUGIN_MODULE
+from verl_search.cpu.precision import mixed_precision
 from verl_search.verl_config.compose import given_value
 
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 PLATFORM_ENV = "VERL_PLATFORM"
-FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
-"""FSDP mixed-precision setting that keeps every dtype fp32."""
 CPU_LOGICAL_CPUS = 8
 """Ray's logical CPU count on a CPU run: verl and TransferQueue place several 1-CPU actors
 (task runner, storage, agent-loop and reward workers) that mostly wait; 2 real cores would
@@ -32,8 +31,9 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
     - FSDP2 for actor, reference and critic (FSDP1 hard-codes `sync_module_states=True`, a
       broadcast from a device);
     - `attn_implementation=sdpa` for actor and critic (verl's default is flash-attention);
-    - fp32 compute for actor, reference and critic (verl's default bf16 autocast is slower on
-      most CPUs, and the rollout computes in fp32: their log-probs then agree to ~1e-6);
+    - fp32 compute for actor, reference and critic (verl's default bf16 is slower on CPUs without
+      native bf16, and the rollout computes in fp32: their log-probs then agree to ~1e-6; the
+      quickstart's `--dtype` chooses bf16 where the CPU has it, `cpu.precision`);
     - no torch.compile of the entropy (`use_torch_compile=false` for actor and reference): on
       the CPU inductor compiles C++ at the first call and again at each change of shape or grad
       mode (a quickstart GRPO run reached dynamo's recompile limit, 8, in its first step); on an
@@ -53,6 +53,7 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
     if rollout is None:  # chosen here only when the user named none (its warning would mislead otherwise)
         rollout = default_cpu_rollout(given_value(given, "actor_rollout_ref.model.path"))
     engine = vllm_cpu.cpu_rollout_overrides() if rollout == vllm_cpu.ROLLOUT_NAME else []
+    fp32 = mixed_precision("float32")
     return [
         "trainer.device=cpu",
         f"trainer.n_gpus_per_node={gpus}",
@@ -63,9 +64,9 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
         "critic.strategy=fsdp2",
         "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "++critic.model.override_config.attn_implementation=sdpa",
-        f"++actor_rollout_ref.actor.fsdp_config.mixed_precision={FP32}",
-        f"++actor_rollout_ref.ref.fsdp_config.mixed_precision={FP32}",
-        f"++critic.fsdp.mixed_precision={FP32}",
+        f"++actor_rollout_ref.actor.fsdp_config.mixed_precision={fp32}",
+        f"++actor_rollout_ref.ref.fsdp_config.mixed_precision={fp32}",
+        f"++critic.fsdp.mixed_precision={fp32}",
         "actor_rollout_ref.actor.use_torch_compile=false",  # the reference's follows it
         "++actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
         "++actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",

@@ -157,19 +157,27 @@ def cpu_rollout_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {key: environ.get(key, value) for key, value in defaults.items()}
 
 
-def cpu_rollout_overrides() -> list[str]:
+def cpu_rollout_overrides(dtype: str = "float32") -> list[str]:
     """The hydra overrides verl's vLLM rollout needs on the CPU, each for a reason:
 
     - `enable_sleep_mode=false`, `free_cache_engine=false` (V3): sleep mode needs CUDA;
     - `enforce_eager=true`: skips torch.compile, 55-70 s of a 75-100 s start-up for a 135M
       model on 2 cores, for ~10% slower decoding;
-    - `dtype=float32`: the trainer computes in fp32 on the CPU; the rollout's log-probs then
-      match the trainer's to ~1e-5 (0.06 in bf16).
+    - `dtype=float32` (default): the trainer computes in fp32 on the CPU; the rollout's log-probs then
+      match the trainer's to ~1e-5 (0.06 in bf16). The quickstart passes `bfloat16` where the CPU has
+      native bf16 and its trainers compute in it too (`cpu.precision`).
+
+    Raises:
+        ValueError: `dtype` is not `float32` or `bfloat16`.
     """
+    from verl_search.cpu.precision import DTYPES
+
+    if dtype not in DTYPES:
+        raise ValueError(f"vLLM rollout dtype {dtype!r}: use float32 or bfloat16")
     rollout = "actor_rollout_ref.rollout"
     # enable_sleep_mode is a field of verl's RolloutConfig, not of its YAML: "++" adds it
     return [f"++{rollout}.enable_sleep_mode=false", f"{rollout}.free_cache_engine=false",
-            f"{rollout}.enforce_eager=true", f"{rollout}.dtype=float32"]
+            f"{rollout}.enforce_eager=true", f"{rollout}.dtype={dtype}"]
 
 
 def load_replica():

@@ -50,10 +50,14 @@ class EvalOptions:
         samples: rollouts per question (default 1); with a temperature above 0 the report adds each
             question's sampled success rate and how many questions are never, sometimes and always
             answered (`verl_search.report.evaluation.by_question`): the questions at the policy's frontier.
+        dtype: what verl's vLLM rollout computes in on the CPU (`--engine vllm`): `float32` (default) or
+            `bfloat16` (faster where the CPU has native bf16: `cpu.precision`); the transformers engine
+            computes in float32 and refuses `bfloat16`.
 
     Raises:
         ValueError: an unknown `preset` (the message names the choices); `samples` below 1, or above 1
-            at temperature 0 (every sample would be the same greedy answer).
+            at temperature 0 (every sample would be the same greedy answer); `dtype` `bfloat16` with the
+            transformers engine.
     """
 
     data: list[str] = field(metadata=_help("[NAME=]PATH of FlashRAG JSONL or verl parquet (repeatable)"))
@@ -88,6 +92,8 @@ class EvalOptions:
     judge_url: str | None = field(default=None, metadata=_help(
         "an OpenAI-compatible chat endpoint (http://host:8000/v1): LLM-as-a-judge accuracy beside EM"))
     judge_model: str | None = field(default=None, metadata=_help("the judge's model name (needed with --judge-url)"))
+    dtype: Literal["float32", "bfloat16"] = field(default="float32", metadata=_help(
+        "what the vLLM engine computes in on the CPU: float32 or bfloat16 (faster where the CPU has native bf16)"))
 
     def __post_init__(self):
         if self.preset is not None:
@@ -96,6 +102,9 @@ class EvalOptions:
             raise ValueError(f"--samples={self.samples} must be >= 1")
         if self.judge_url and not self.judge_model:
             raise ValueError(f"--judge-url {self.judge_url} needs --judge-model NAME (the model the endpoint serves)")
+        if self.dtype == "bfloat16" and self.engine == "transformers":
+            raise ValueError("--dtype bfloat16 applies to --engine vllm; the transformers engine computes in float32 "
+                             "(leave --dtype out, or pass --engine vllm)")
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(f"--samples={self.samples} at --temperature {self.temperature}: every sample would be the "
                              "same greedy answer; pass --temperature 1.0")

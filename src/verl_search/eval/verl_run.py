@@ -86,11 +86,11 @@ def verl_overrides(options: EvalOptions, hf_folder: str, data_file: Path, retrie
 def vllm_overrides(options: EvalOptions) -> list[str]:
     """Hydra overrides that turn `verl_overrides`' rollout section into a standalone vLLM replica on the
     CPU: one replica (tensor parallel 1) on one logical GPU, the model's own weights (`load_format=auto`;
-    training syncs them instead), the CPU rollout settings (`vllm_cpu.cpu_rollout_overrides()`),
-    `batch_size` sequences at a time."""
+    training syncs them instead), the CPU rollout settings computing in `options.dtype`
+    (`vllm_cpu.cpu_rollout_overrides`), `batch_size` sequences at a time."""
     rollout = "actor_rollout_ref.rollout"
     return [
-        f"{rollout}.name={ROLLOUT_NAME}", *cpu_rollout_overrides(),
+        f"{rollout}.name={ROLLOUT_NAME}", *cpu_rollout_overrides(options.dtype),
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", f"{rollout}.nnodes=1",
         f"{rollout}.tensor_model_parallel_size=1",  # verl's default is 2
         f"{rollout}.load_format=auto",

@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -130,25 +131,33 @@ def filter_overrides(max_gen_batches: int, metric: str = "reward") -> list[str]:
 def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,
                    prompts_per_step: int, group_size: int, lr: float, kl: bool, reward: str = "em",
                    max_gen_batches: int | None = None, permuted_reward: bool = False, seed: int = 0,
-                   filter_metric: str = "reward") -> list[str]:
+                   filter_metric: str = "reward", dtype: str = "float32") -> list[str]:
     """Hydra overrides of the recipe for a CPU-size GRPO run writing into `out`, rolling out on
-    `protocol.engine` (`rollout_name`), trained on `reward` (`reward_overrides`), with group filtering
+    `protocol.engine` (`rollout_name`; vLLM computing in `protocol.dtype`), the actor computing in `dtype`
+    (`float32` or `bfloat16`: FSDP mixed precision, `cpu.precision.mixed_precision`), trained on `reward`
+    (`reward_overrides`), with group filtering
     unless `max_gen_batches` is None (`filter_overrides`, on `filter_metric_key(filter_metric, ...)`: `reward`
     or `answer`); `permuted_reward`: the control, its scores shuffled within each step by `seed`
     (`verl_search.training.replay_buffer`).
 
     Raises:
-        ValueError: `reward` or `filter_metric` unknown (`reward_overrides`, `filter_metric_key`).
+        ValueError: `reward` or `filter_metric` unknown (`reward_overrides`, `filter_metric_key`); `dtype` not
+            `float32` or `bfloat16`.
     """
+    from verl_search.cpu.precision import mixed_precision
+
     metric = filter_metric_key(filter_metric, reward, protocol.protocol)
+    precision = mixed_precision(dtype)
     rollout = "actor_rollout_ref.rollout"
+    vllm = protocol.engine == "vllm"
     return [
         f"{rollout}.name={rollout_name(protocol.engine)}",
         f"actor_rollout_ref.model.path={model}", f"data.train_files={train_file}", f"data.val_files={val_file}",
         f"data.train_batch_size={prompts_per_step}", f"{rollout}.n={group_size}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts_per_step}",
         # one trajectory per micro-batch: with a 49k-token vocabulary the logits (and their log-softmax and
-        # gradient) are the actor's peak of memory, about 0.2 GB per 1,000 tokens each
+        # gradient) are the actor's peak of memory, about 0.2 GB per 1,000 tokens each in fp32; in bf16, 4 per
+        # micro-batch made the update slower (docs/benchmarks/cpu-dtype.md)
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
         f"{rollout}.log_prob_micro_batch_size_per_gpu=1",
@@ -158,6 +167,10 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
         # but the layers' activations kept, not recomputed (verl's default gradient checkpointing is a GPU-memory
         # setting): on SmolLM2-135M the update takes 28% less time (11.6 against 16.0 ms per token) for 0.1 GB more
         "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        # the trainer's compute dtype, and the vLLM rollout's (`--dtype`)
+        f"++actor_rollout_ref.actor.fsdp_config.mixed_precision={precision}",
+        f"++actor_rollout_ref.ref.fsdp_config.mixed_precision={precision}",
+        *([f"{rollout}.dtype={protocol.dtype}"] if vllm else []),
         f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes={weight_bucket_megabytes(model)}",
         f"actor_rollout_ref.actor.use_kl_loss={str(kl).lower()}",  # without it there is no reference model
         f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
@@ -177,9 +190,9 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
 
 def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: int) -> Path:
     """Train as `verl-search train RECIPE --cpu --index INDEX OVERRIDES` does (check-config in a child
-    process; `index` served for the run, `server.local.serve_for_run`; `main_ppo` with the launcher's
-    command and environment, vLLM's KV cache `GRPO_KVCACHE_SPACE_GIB` where `VLLM_CPU_KVCACHE_SPACE` is
-    unset), then verl's model merger on the last checkpoint; return the merged Hugging Face folder (`out/hf`).
+    process, while the retrieval server starts; `index` served for the run, `server.local.serve_for_run`;
+    `main_ppo` with the launcher's command and environment, vLLM's KV cache `GRPO_KVCACHE_SPACE_GIB` where
+    `VLLM_CPU_KVCACHE_SPACE` is unset), then verl's model merger on the last checkpoint; return the merged Hugging Face folder (`out/hf`).
 
     Raises:
         FileNotFoundError: `recipe` does not exist.
@@ -195,14 +208,18 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
                                 "--recipe out for the shipped one")
     log, metrics = out / "train.log", out / "metrics.jsonl"
     overrides = train_overrides(overrides, cpu=True)
-    problems = check_in_child(recipe, overrides)
-    if problems:
-        raise RuntimeError(f"{recipe} with the GRPO stage's overrides fails check-config: " + "; ".join(problems))
     base = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
             "RAY_DEDUP_LOGS": "0"}
-    with serve_for_run(None, str(index)) as url:
-        code = run_logged(main_ppo_command(recipe, overrides), train_env(cpu=True, retrieval_url=url, base=base),
-                          log, metrics, steps, out.name)
+    # check-config (a child process) runs while the retrieval server starts: both mostly import on one core each
+    with ThreadPoolExecutor(1) as pool:
+        check = pool.submit(check_in_child, recipe, overrides)
+        with serve_for_run(None, str(index)) as url:
+            problems = check.result()
+            if problems:
+                raise RuntimeError(f"{recipe} with the GRPO stage's overrides fails check-config: " +
+                                   "; ".join(problems))
+            code = run_logged(main_ppo_command(recipe, overrides), train_env(cpu=True, retrieval_url=url, base=base),
+                              log, metrics, steps, out.name)
     checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
     if code != 0 or not checkpoint.is_dir():
         raise RuntimeError(failure_message(f"GRPO training failed (exit {code}, no {checkpoint})", log))

@@ -1,8 +1,8 @@
 """`QuickstartOptions`: every flag of `verl-search quickstart`, and `StudyOptions`: those of `verl-search study`
 (the quickstart's and the learning studies'), each declared once (the CLI generates the flags from them,
 `verl_search.runtime.options`); and `protocol_options`: the one `EvalOptions` object whose
-protocol settings both the GRPO run and every evaluation read. Imports only the standard library and
-`EvalOptions`."""
+protocol settings both the GRPO run and every evaluation read. Imports only the standard library,
+`EvalOptions` and `cpu.precision` (which imports torch only to resolve `auto`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from verl_search.cpu.precision import resolve_dtype
 from verl_search.eval.options import EvalOptions
 
 
@@ -127,6 +128,10 @@ class StudyOptions(QuickstartOptions):
             one batch; against batches of 34, the `evaluate` stage's rollouts took 0.89x the time with the same
             predictions, results/eval_batch_size/).
         bootstrap_samples: resamples of the paired bootstrap.
+        dtype: what the trainers (SFT and GRPO: FSDP mixed precision, fp32 master weights) and the vLLM rollouts
+            compute in: `auto` (default: `bfloat16` where the CPU has native bf16, AVX512-BF16 or AMX, else
+            `float32`; `cpu.precision.resolve_dtype`), `float32` or `bfloat16`. With the transformers engine the
+            rollouts compute in float32 whatever it is. Runs kept before the flag existed computed in float32.
         export: a folder to copy the report and the files behind it into (`quickstart.export.export_run`).
 
     Raises:
@@ -164,6 +169,9 @@ class StudyOptions(QuickstartOptions):
         "questions rolled out together in an evaluation (vLLM's max_num_seqs); the default holds the 102 held-out "
         "questions in one batch"))
     bootstrap_samples: int = field(default=10000, metadata=_help("paired bootstrap resamples"))
+    dtype: Literal["auto", "float32", "bfloat16"] = field(default="auto", metadata=_help(
+        "what the trainers and vLLM rollouts compute in: auto (bfloat16 where the CPU has native bf16, else "
+        "float32), float32, bfloat16"))
     export: str | None = field(default=None, metadata=_help("also copy the files behind the report here "
                                                              "(no index, checkpoints or models)"))
 
@@ -210,11 +218,12 @@ def response_length(options: QuickstartOptions) -> int:
 def protocol_options(options: QuickstartOptions, index: str | Path, engine: str = "transformers") -> EvalOptions:
     """The protocol settings of the run, as one `EvalOptions` on `engine` (`vllm` or `transformers`): each
     evaluation is a copy with its model and folder (`for_model`), and the GRPO overrides read their
-    limits from it (`verl_search.quickstart.grpo.grpo_overrides`)."""
+    limits from it (`verl_search.quickstart.grpo.grpo_overrides`). vLLM computes in `options.dtype`
+    (`cpu.precision.resolve_dtype`), the transformers engine in float32."""
     options = StudyOptions.of(options)
     return EvalOptions(
         data=[], out=str(Path(options.out) / "eval"), protocol=options.protocol, model=options.model, index=str(index),
-        engine=engine,
+        engine=engine, dtype=resolve_dtype(options.dtype) if engine == "vllm" else "float32",
         batch_size=options.batch_size, max_turns=options.max_turns, topk=options.topk,
         max_tokens_per_turn=options.max_tokens_per_turn, max_obs_tokens=options.max_obs_tokens,
         prompt_length=PROMPT_LENGTH, response_length=response_length(options), temperature=options.temperature,

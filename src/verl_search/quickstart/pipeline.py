@@ -93,6 +93,24 @@ def fingerprint(stage: Stage, stages: dict[str, Stage], options: StudyOptions) -
             "needs": {name: fingerprint(stages[name], stages, options) for name in stage.needs if name in stages}}
 
 
+LEGACY_OPTIONS = {"dtype": "float32"}
+"""Options added after run folders were made, with the value every folder made before had: a stage recorded
+without one is read as having run with it (before `--dtype`, every stage computed in float32)."""
+
+
+def with_legacy_options(recorded: dict, current: dict) -> dict:
+    """The fingerprint `recorded` with each `LEGACY_OPTIONS` key that `current` has and `recorded` lacks set to
+    its legacy value, in the stage's options and in those of the stages it needs."""
+    out = dict(recorded)
+    if "options" in recorded:
+        out["options"] = {**{k: v for k, v in LEGACY_OPTIONS.items() if k in current.get("options", {})},
+                          **recorded["options"]}
+    if "needs" in recorded:
+        out["needs"] = {name: with_legacy_options(fp, current.get("needs", {}).get(name, {}))
+                        for name, fp in recorded["needs"].items()}
+    return out
+
+
 def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     out = []
     for key in sorted(old.keys() | new.keys()):
@@ -120,7 +138,7 @@ def write_record(folder: Path, name: str, record: StageRecord) -> None:
 
 def needs_run(folder: Path, name: str, print_: dict) -> bool:
     """False when stage `name` finished with fingerprint `print_`; True when it never started or
-    did not finish with it.
+    did not finish with it. A record made before an option existed has its `LEGACY_OPTIONS` value.
 
     Raises:
         ValueError: the stage was recorded with another fingerprint (the message lists the options
@@ -129,8 +147,9 @@ def needs_run(folder: Path, name: str, print_: dict) -> bool:
     record = read_record(folder, name)
     if record is None:
         return True
-    if record.fingerprint != print_:
-        changes = "; ".join(_differences(record.fingerprint, print_))
+    recorded = with_legacy_options(record.fingerprint, print_)
+    if recorded != print_:
+        changes = "; ".join(_differences(recorded, print_))
         raise ValueError(f"stage {name!r} in {folder.parent} was run with other options ({changes}): pass another "
                          f"--out, or the same options as before")
     return record.status != "done"
@@ -186,6 +205,11 @@ class Quickstart:
 
     def __init__(self, options: QuickstartOptions):
         options = StudyOptions.of(options)
+        if options.dtype == "auto":  # resolved once, in a child (torch), so the stages record what ran
+            from verl_search.cpu.precision import resolve_dtype
+
+            options = dataclasses.replace(options, dtype=in_child(resolve_dtype, options.dtype))
+            logger.info("compute dtype of the trainers and vLLM rollouts: %s (--dtype auto)", options.dtype)
         self.options = options
         self.out = Path(options.out).resolve()
         self.index = self.out / "index"
@@ -211,13 +235,13 @@ class Quickstart:
         """The stages this run's options ask for, in order: the trainings first, then one `evaluate` stage that
         evaluates every model (and probes it on the frontier) on one start of the rollout engine."""
         o = self.options
-        protocol = (*PROTOCOL_KEYS, "batch_size", "engine")
+        protocol = (*PROTOCOL_KEYS, "batch_size", "engine", "dtype")
         stages = [Stage("index", (), (), self.build_index), Stage("data", ("test_questions", "seed", "protocol"), (),
                                                                    self.write_data)]
         trained = []  # the stages whose models the evaluate stage reads
         if o.sft_examples:
             stages += [Stage("cold_start", ("model", "sft_examples", "sft_epochs", "sft_batch_size", "sft_lr", "seed",
-                                            *PROTOCOL_KEYS), ("index", "data"), self.cold_start,
+                                            "dtype", *PROTOCOL_KEYS), ("index", "data"), self.cold_start,
                              self.out / "cold_start" / "ckpt")]
             trained.append("cold_start")
         frontier = ("frontier",) if o.grpo_steps and o.frontier_questions else ()
@@ -227,7 +251,7 @@ class Quickstart:
                              self.frontier)]
         grpo = ("model", "recipe", "grpo_steps", "prompts_per_step", "group_size", "grpo_lr", "engine", "reward",
                 "filter_groups", "filter_metric", "max_gen_batches", "permuted_reward", "balance_positions", "seed",
-                *PROTOCOL_KEYS)
+                "dtype", *PROTOCOL_KEYS)
         if o.grpo_steps:
             stages += [Stage("grpo", grpo, ("index", "data", *trained, *frontier), self.grpo,
                              self.out / "grpo" / "ckpt")]
@@ -299,6 +323,7 @@ class Quickstart:
 
         o = self.options
         return ColdStartOptions(examples=o.sft_examples, epochs=o.sft_epochs, batch_size=o.sft_batch_size, lr=o.sft_lr,
+                                dtype=o.dtype,
                                 protocol=o.protocol, topk=o.topk, max_turns=o.max_turns,
                                 max_obs_tokens=o.max_obs_tokens, response_length=response_length(o), seed=o.seed)
 
@@ -371,7 +396,7 @@ class Quickstart:
                                    max_gen_batches=o.max_gen_batches if o.filter_groups else None,
                                    filter_metric=o.filter_metric,
                                    permuted_reward=o.permuted_reward if permuted_reward is None else permuted_reward,
-                                   seed=o.seed)
+                                   seed=o.seed, dtype=o.dtype)
         run_grpo(self.recipe, self.index, overrides, out, o.grpo_steps)
 
     def report(self, timings: dict[str, dict]) -> dict:

@@ -54,6 +54,8 @@ class ColdStartOptions:
         response_length: the response budget in tokens (prompt excluded) a trajectory must fit (the
             quickstart's: max_turns x (tokens per turn + max_obs_tokens) + tokens per turn).
         seed: of the order in which candidate questions are drawn.
+        dtype: what the SFT trainer computes in: `float32` (default) or `bfloat16` (FSDP mixed precision,
+            fp32 master weights; `cpu.precision`).
     """
 
     examples: int = 32
@@ -66,6 +68,7 @@ class ColdStartOptions:
     max_obs_tokens: int = 160
     response_length: int = 512
     seed: int = 0
+    dtype: Literal["float32", "bfloat16"] = "float32"
 
     def trajectory_settings(self, tokenizer, model: str | os.PathLike) -> dict:
         """`trajectory_tokens`' keyword arguments for these options: the agent loop's limits, the protocol and
@@ -274,17 +277,22 @@ class SearchTrajectoryDataset:
 
 
 def sft_command(model: str, data: Path, out: Path, *, steps: int, batch_size: int, lr: float,
-                max_length: int) -> list[str]:
-    """The command running verl's SFT trainer on the CPU over `data` (one process, gloo; fp32
-    compute, as `verl-search train --cpu` sets for the actor)."""
-    from verl_search.cpu.overrides import FP32
+                max_length: int, dtype: str = "float32") -> list[str]:
+    """The command running verl's SFT trainer on the CPU over `data` (one process, gloo; fp32 weights,
+    computing in `dtype`: `float32`, as `verl-search train --cpu` sets for the actor, or `bfloat16`,
+    FSDP mixed precision, `cpu.precision.mixed_precision`).
+
+    Raises:
+        ValueError: `dtype` is not `float32` or `bfloat16`.
+    """
+    from verl_search.cpu.precision import mixed_precision
 
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
         "-m", "verl_search.training.sft_main",
         f"model.path={model}", "model.use_remove_padding=false", "model.enable_gradient_checkpointing=false",
         "++model.override_config.attn_implementation=sdpa",
-        "engine.strategy=fsdp2", "engine.model_dtype=fp32", f"++engine.mixed_precision={FP32}",
+        "engine.strategy=fsdp2", "engine.model_dtype=fp32", f"++engine.mixed_precision={mixed_precision(dtype)}",
         "engine.use_torch_compile=false",
         f"data.train_files={data}", "data.val_files=null", "data.pad_mode=no_padding", "data.num_workers=0",
         f"data.train_batch_size={batch_size}", f"data.micro_batch_size_per_gpu={batch_size}",
@@ -376,12 +384,13 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
     steps = options.epochs * (len(chosen) // options.batch_size)  # verl drops an incomplete last batch
     metrics = out / "metrics.jsonl"
     folder = run_sft(model, out / "trajectories.parquet", out / "ckpt", out / "sft.log", metrics, steps=steps,
-                     batch_size=options.batch_size, lr=options.lr, max_length=longest)
+                     batch_size=options.batch_size, lr=options.lr, max_length=longest, dtype=options.dtype)
     target = out / "hf"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(folder, target)
     summary = {"examples": len(chosen), "gold_visible": visible, "max_obs_tokens": options.max_obs_tokens,
                "selection": counts, "steps": steps, "batch_size": options.batch_size, "lr": options.lr,
-               "losses": sft_losses(metrics), "questions": [row["extra_info"]["question"] for row, _ in chosen]}
+               "dtype": options.dtype, "losses": sft_losses(metrics),
+               "questions": [row["extra_info"]["question"] for row, _ in chosen]}
     (out / "cold_start.json").write_text(json.dumps(summary, indent=1))
     return target
