@@ -32,8 +32,8 @@ def cpu_overrides(given: list[str] = ()) -> list[str]:
       broadcast from a device);
     - `attn_implementation=sdpa` for actor and critic (verl's default is flash-attention);
     - fp32 compute for actor, reference and critic (verl's default bf16 is slower on CPUs without
-      native bf16, and the rollout computes in fp32: their log-probs then agree to ~1e-6; the
-      quickstart's `--dtype` chooses bf16 where the CPU has it, `cpu.precision`);
+      native bf16, and the rollout computes in fp32: their log-probs then agree to ~1e-6; the main
+      job and `verl-search study --dtype` put both in bf16 where the CPU has it, `cpu.precision`);
     - no torch.compile of the entropy (`use_torch_compile=false` for actor and reference): on
       the CPU inductor compiles C++ at the first call and again at each change of shape or grad
       mode (a quickstart GRPO run reached dynamo's recompile limit, 8, in its first step); on an

@@ -1,11 +1,11 @@
 """The compute dtype of CPU runs: float32, or bfloat16 where the CPU computes it natively.
 
-`verl-search quickstart` and `study` take `--dtype auto|float32|bfloat16` (`auto` by default): the SFT cold
-start's and GRPO's FSDP trainers compute in it (FSDP mixed precision: parameters cast to it for the forward and
-backward passes, gradients reduced and the optimizer's master weights kept in fp32, as verl's GPU default does
-with bf16), and so do the vLLM rollouts of GRPO and of every evaluation (vLLM's `dtype`). `auto` is bfloat16
-where the CPU has native bf16 instructions (AVX512-BF16 or AMX, the test vLLM's CPU platform makes), else
-float32: without them bf16 is emulated and slower than fp32.
+`verl-search study` takes `--dtype auto|float32|bfloat16` (`auto` by default, and always for `verl-search
+quickstart`, the main job): the SFT cold start's and GRPO's FSDP trainers compute in it (FSDP mixed precision:
+parameters cast to it for the forward and backward passes, gradients reduced and the optimizer's master weights
+kept in fp32, as verl's GPU default does with bf16), and so do the vLLM rollouts of GRPO and of every
+evaluation (vLLM's `dtype`). `auto` is bfloat16 where the CPU has native bf16 instructions (AVX512-BF16 or AMX,
+the test vLLM's CPU platform makes), else float32: without them bf16 is emulated and slower than fp32.
 
 Measured on the 2-core development machine (AMD EPYC with AVX512-BF16; `benchmarks/bench_cpu_dtype.py`,
 docs/benchmarks/cpu-dtype.md): a SmolLM2-135M forward and backward pass over 4 x 385 tokens 9.85 -> 6.64 s, vLLM's
