@@ -51,12 +51,21 @@ def resolve_dtype(dtype: str) -> str:
     return dtype
 
 
+def check_resolved(dtype: str) -> str:
+    """`dtype` itself when it is one of `DTYPES`.
+
+    Raises:
+        ValueError: it is not (`auto` must be resolved first: `resolve_dtype`).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: use float32 or bfloat16 (resolve auto with resolve_dtype first)")
+    return dtype
+
+
 def mixed_precision(dtype: str) -> str:
     """verl's FSDP `mixed_precision` value (a hydra dict) for a resolved `dtype` (`MIXED_PRECISION`).
 
     Raises:
-        ValueError: `dtype` is not in `DTYPES` (`auto` must be resolved first: `resolve_dtype`).
+        ValueError: `dtype` is not in `DTYPES` (`check_resolved`).
     """
-    if dtype not in MIXED_PRECISION:
-        raise ValueError(f"dtype {dtype!r}: use float32 or bfloat16 (resolve auto with resolve_dtype first)")
-    return MIXED_PRECISION[dtype]
+    return MIXED_PRECISION[check_resolved(dtype)]

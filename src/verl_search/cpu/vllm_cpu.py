@@ -170,10 +170,9 @@ def cpu_rollout_overrides(dtype: str = "float32") -> list[str]:
     Raises:
         ValueError: `dtype` is not `float32` or `bfloat16`.
     """
-    from verl_search.cpu.precision import DTYPES
+    from verl_search.cpu.precision import check_resolved
 
-    if dtype not in DTYPES:
-        raise ValueError(f"vLLM rollout dtype {dtype!r}: use float32 or bfloat16")
+    check_resolved(dtype)
     rollout = "actor_rollout_ref.rollout"
     # enable_sleep_mode is a field of verl's RolloutConfig, not of its YAML: "++" adds it
     return [f"++{rollout}.enable_sleep_mode=false", f"{rollout}.free_cache_engine=false",
