@@ -45,6 +45,7 @@ from pathlib import Path
 
 
 def main() -> None:
+    from verl_search.cpu.precision import resolve_dtype
     from verl_search.quickstart.grpo import grpo_overrides, run_grpo, shipped_recipe
     from verl_search.quickstart.options import StudyOptions, protocol_options
 
@@ -72,7 +73,8 @@ def main() -> None:
                                    val_file=args.run / "data" / "test.parquet", out=out, steps=args.steps,
                                    prompts_per_step=options.prompts_per_step, group_size=options.group_size,
                                    lr=options.grpo_lr, kl=False, reward=options.reward,
-                                   max_gen_batches=None if args.no_filter else options.max_gen_batches)
+                                   max_gen_batches=None if args.no_filter else options.max_gen_batches,
+                                   dtype=resolve_dtype(options.dtype))
         overrides += [o for o in items if o.partition("=")[0] not in option_fields]
         started = time.perf_counter()
         run_grpo(args.recipe or shipped_recipe(), args.run / "index", overrides, out, args.steps)

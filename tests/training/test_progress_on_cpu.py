@@ -32,3 +32,26 @@ def test_a_missing_log_and_an_empty_one_are_named_as_such(tmp_path):
     assert failure_message("failed", missing) == f"failed; it wrote no log ({missing} does not exist)"
     empty.write_text("")
     assert failure_message("failed", empty) == f"failed; its output is in {empty} (empty)"
+
+
+def test_an_error_raised_while_the_trainer_runs_stops_it(tmp_path):
+    """`while_running` raising (run_grpo's check-config verdict) terminates a trainer that would run for minutes,
+    and the error reaches the caller; until it raises the trainer keeps running."""
+    import time
+
+    import pytest
+
+    calls = []
+
+    def verdict() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            raise RuntimeError("check-config found problems")
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="check-config found problems"):
+        run_logged([sys.executable, "-u", "-c", "import time\nprint('started')\ntime.sleep(600)"], {},
+                   tmp_path / "train.log", tmp_path / "metrics.jsonl", 2, "test", while_running=verdict)
+    assert len(calls) == 2
+    assert time.monotonic() - started < 60  # terminated (SIGTERM ends a sleeping child at once), not waited for
+    assert (tmp_path / "train.log").read_text().splitlines()[-1] == "started"

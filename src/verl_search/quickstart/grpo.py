@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -182,6 +183,9 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
         *([f"+trainer.v1.sampler.sampler_kwargs.{PERMUTE_KWARG}=true",
            f"+trainer.v1.sampler.sampler_kwargs.{PERMUTE_SEED_KWARG}={seed}"] if permuted_reward else []),
         f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=1",
+        # each checkpoint also holds the Hugging Face weights (about 1 s to write), the stage's model without a
+        # merger process (about 10 s: its imports)
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
         "trainer.resume_mode=auto", "trainer.test_freq=-1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={out / 'ckpt'}", f"trainer.rollout_data_dir={out / 'rollouts'}",
         "trainer.logger=[console,file]", "trainer.experiment_name=quickstart-grpo-cpu",
@@ -190,9 +194,10 @@ def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_f
 
 def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: int) -> Path:
     """Train as `verl-search train RECIPE --cpu --index INDEX OVERRIDES` does (check-config in a child
-    process, while the retrieval server starts; `index` served for the run, `server.local.serve_for_run`;
+    process, while the trainer starts: problems it finds stop the trainer; `index` served for the run, `server.local.serve_for_run`;
     `main_ppo` with the launcher's command and environment, vLLM's KV cache `GRPO_KVCACHE_SPACE_GIB` where
-    `VLLM_CPU_KVCACHE_SPACE` is unset), then verl's model merger on the last checkpoint; return the merged Hugging Face folder (`out/hf`).
+    `VLLM_CPU_KVCACHE_SPACE` is unset); return the last checkpoint's Hugging Face folder, copied to `out/hf` (the
+    checkpoint holds the weights, `hf_model`; verl's model merger makes them where it does not).
 
     Raises:
         FileNotFoundError: `recipe` does not exist.
@@ -210,21 +215,32 @@ def run_grpo(recipe: Path, index: Path, overrides: list[str], out: Path, steps: 
     overrides = train_overrides(overrides, cpu=True)
     base = {KVCACHE_ENV: str(GRPO_KVCACHE_SPACE_GIB), **os.environ, "VERL_FILE_LOGGER_PATH": str(metrics),
             "RAY_DEDUP_LOGS": "0"}
-    # check-config (a child process) runs while the retrieval server starts: both mostly import on one core each
+    # check-config (a child process, about 13 s of imports on one core) runs while the trainer starts (about 7 s
+    # of imports on the other before Ray); problems it finds stop the trainer, long before its first step
+    def refuse_problems() -> None:
+        problems = check.result()
+        if problems:
+            raise RuntimeError(f"{recipe} with the GRPO stage's overrides fails check-config: " + "; ".join(problems))
+
     with ThreadPoolExecutor(1) as pool:
         check = pool.submit(check_in_child, recipe, overrides)
         with serve_for_run(None, str(index)) as url:
-            problems = check.result()
-            if problems:
-                raise RuntimeError(f"{recipe} with the GRPO stage's overrides fails check-config: " +
-                                   "; ".join(problems))
             code = run_logged(main_ppo_command(recipe, overrides), train_env(cpu=True, retrieval_url=url, base=base),
-                              log, metrics, steps, out.name)
+                              log, metrics, steps, out.name,
+                              while_running=lambda: refuse_problems() if check.done() else None)
+            refuse_problems()  # a trainer that ended before the check: the check's verdict comes first
     checkpoint = out / "ckpt" / f"global_step_{steps}" / "actor"
     if code != 0 or not checkpoint.is_dir():
         raise RuntimeError(failure_message(f"GRPO training failed (exit {code}, no {checkpoint})", log))
     merged = out / "hf"
-    if not (merged / "config.json").is_file():
+    saved = checkpoint / "huggingface"
+    if not (merged / "config.json").is_file() and any(saved.glob("*.safetensors")):
+        partial = out / "hf.partial"  # renamed when whole: a copy cut short is never taken for the model
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(saved, partial)
+        shutil.rmtree(merged, ignore_errors=True)
+        partial.rename(merged)
+    if not (merged / "config.json").is_file():  # a checkpoint saved without its weights (before hf_model)
         merge = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
                  "--local_dir", str(checkpoint), "--target_dir", str(merged)]
         with open(log, "a", encoding="utf-8") as sink:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 REFRESH_S = 30
@@ -57,9 +58,14 @@ def failure_message(what: str, log: Path) -> str:
     return f"{what}; its output is in {log}" + (f", which ends:\n{excerpt}" if excerpt else " (empty)")
 
 
-def run_logged(command: list[str], env: dict, log: Path, metrics: Path, total: int, desc: str) -> int:
+def run_logged(command: list[str], env: dict, log: Path, metrics: Path, total: int, desc: str,
+               while_running: Callable[[], None] | None = None) -> int:
     """Run `command` with its output appended to `log`, showing a step bar (tqdm: step, ETA) read
-    from the trainer's `metrics` file; return its exit code."""
+    from the trainer's `metrics` file; return its exit code.
+
+    `while_running` (default none) is called every 2 seconds while the trainer runs; an exception it raises
+    stops the trainer (terminated as on Ctrl-C, killed after 60 s) and propagates (`quickstart.grpo.run_grpo`
+    checks the config that way while the trainer starts)."""
     from tqdm.auto import tqdm
 
     with open(log, "a", encoding="utf-8") as sink, tqdm(total=total, desc=desc, unit="step") as bar:
@@ -70,6 +76,8 @@ def run_logged(command: list[str], env: dict, log: Path, metrics: Path, total: i
         try:
             while process.poll() is None:
                 time.sleep(2)
+                if while_running is not None:
+                    while_running()
                 done = min(max(logged_steps(metrics), default=0), total)
                 if done > bar.n:
                     bar.update(done - bar.n)
