@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from verl_search.retrieval.encoder_threads import length_groups, set_encoder_threads, single_threaded_workers
+from verl_search.retrieval.encoder_threads import FreeCores, length_groups, set_encoder_threads, single_threaded_workers
 from verl_search.runtime.extras import install_line
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,8 @@ class SentenceEncoder:
         threads: CPU threads of the forward pass (default: the runtime's own, one per core).
             torch on the CPU: a batch of several sub-batches is encoded by `threads`
             single-threaded workers side by side (`single_threaded_workers`), a lone sub-batch
-            by torch's intra-op threads (process-wide, `set_encoder_threads`). OpenVINO: its
+            by torch's intra-op threads (process-wide, `set_encoder_threads`); by default a lone
+            sub-batch takes as many as other processes leave cores free (`FreeCores`, Linux). OpenVINO: its
             `INFERENCE_NUM_THREADS`. Ignored by ONNX Runtime. Raises ValueError if < 1.
         query_batch_size: most queries per forward pass (default `device_runtime(device)`: 16 on a CPU,
             512 on CUDA, so that a server micro-batch is one forward there). Queries are sorted by
@@ -244,6 +245,8 @@ class SentenceEncoder:
             set_encoder_threads(threads)
         self._workers: ThreadPoolExecutor | None = None  # torch on the CPU with more than one thread
         self._worker_count = 0
+        self._free_cores: FreeCores | None = None  # torch on the CPU, `threads` not given
+        self._lone_threads = 0  # intra-op threads last set for a lone sub-batch (0: never set)
         if backend == "torch":
             device = device or default_device()
             self._model = SentenceTransformer(self.path, device=device, local_files_only=True)
@@ -252,6 +255,8 @@ class SentenceEncoder:
             count = threads or torch.get_num_threads()
             if device == "cpu" and count > 1:
                 self._workers, self._worker_count = single_threaded_workers(count), count
+                if threads is None:  # a lone sub-batch takes the cores other processes leave free
+                    self._free_cores = FreeCores(count)
             self.set_precision(precision or runtime.precision)
         else:
             load_from, runtime, model_kwargs = self.path, backend, {}
@@ -320,6 +325,8 @@ class SentenceEncoder:
         vectors = np.empty((len(texts), self.dim), dtype=np.float32)
         progress = tqdm(total=len(groups), unit="batch", desc="encoding", disable=not show_progress)
         if self._workers is None or len(groups) < 2:
+            if self._free_cores is not None and groups:
+                self._set_lone_threads(self._free_cores.threads())
             for rows in groups:
                 chunk = [texts[i] for i in rows]
                 if self.backend == "torch":
@@ -345,6 +352,14 @@ class SentenceEncoder:
                 progress.update()
         progress.close()
         return vectors
+
+    def _set_lone_threads(self, threads: int) -> None:
+        """torch's intra-op threads for this thread's next lone sub-batch (`FreeCores`), set only when they change."""
+        if threads != self._lone_threads:
+            import torch
+
+            torch.set_num_threads(threads)
+            self._lone_threads = threads
 
     def _features(self, texts: list[str], prefix: str) -> dict:
         """`SentenceTransformer.preprocess(texts, prompt=prefix)`'s features, from the Rust tokenizer where it gives

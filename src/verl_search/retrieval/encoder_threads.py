@@ -87,3 +87,60 @@ def set_encoder_threads(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+class FreeCores:
+    """How many of `cores` CPU cores the rest of the machine leaves this process, measured at most every
+    `window_s` seconds (default 0.2): the machine's busy time over the window (`/proc/stat`, all cores) less this
+    process's own CPU time (`time.process_time`), as cores, taken from `cores`; `threads()` rounds it to a thread
+    count in `[1, cores]`.
+
+    Why: a lone query's forward on torch's intra-op threads waits at every operator for the slowest thread. On
+    cores that other processes keep busy (a retriever beside the trainer) that wait dominates: one client, two
+    busy processes on 2 cores, MiniLM on the mini index: 14-15 queries/s on 2 threads against 34-37 on 1; quiet,
+    2 threads answer 79 queries/s against 55 on 1 (docs/benchmarks/one-client-peer.md). So the encoder takes
+    the cores that are free.
+
+    Linux only: elsewhere (no `/proc/stat`) `threads()` is `cores`. The first call, with no window behind it yet,
+    is `cores` too.
+
+    Raises:
+        ValueError: `cores` < 1 or `window_s` <= 0.
+    """
+
+    def __init__(self, cores: int, window_s: float = 0.2):
+        if cores < 1 or window_s <= 0:
+            raise ValueError(f"FreeCores needs cores >= 1 and window_s > 0, got {cores} and {window_s}")
+        import os
+        import time
+
+        self.cores, self.window_s = cores, window_s
+        self._tick_s = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+        self._clock, self._cpu = time.monotonic, time.process_time
+        self._last = self._sample()
+        self._threads = cores
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        """`(wall s, machine busy CPU s, own CPU s)` now, or None without `/proc/stat`."""
+        try:
+            with open("/proc/stat", encoding="ascii") as stat:
+                fields = [int(v) for v in stat.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        # user nice system idle iowait irq softirq steal ...: busy is everything but idle and iowait
+        busy = sum(fields[:8]) - fields[3] - fields[4]
+        return self._clock(), busy * self._tick_s, self._cpu()
+
+    def threads(self) -> int:
+        """Thread count for the next forward: the free cores rounded, in `[1, cores]`; the last value within
+        `window_s` of the previous measurement."""
+        if self._last is None or self._clock() - self._last[0] < self.window_s:
+            return self._threads
+        now = self._sample()
+        if now is None:
+            return self._threads
+        wall, busy, own = (b - a for a, b in zip(self._last, now))
+        self._last = now
+        others = max(0.0, busy - own) / wall
+        self._threads = max(1, min(self.cores, round(self.cores - others)))
+        return self._threads

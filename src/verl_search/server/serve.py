@@ -46,7 +46,8 @@ class ServeOptions:
             the manifest's, or `openvino` for a torch-built Flat or HNSW index where the `[openvino]` extra is
             installed and no GPU is visible: `retrieval.encoder.query_backend`). Another one is checked when the index loads.
         encoder_threads: dense on CPU: threads of the query encoder, torch's or OpenVINO's (default:
-            the runtime's own, one per core); >= 1, else ValueError before the port is bound.
+            the runtime's own, one per core; torch runs a lone query on the cores other processes leave free,
+            `retrieval.encoder_threads.FreeCores`); >= 1, else ValueError before the port is bound.
         log_level: uvicorn's log level (default `info`).
         retriever: which retriever of the index to serve (default: the manifest's); a hybrid index
             (`index build --retriever hybrid`) also serves its `bm25` or `dense` half alone.
@@ -75,7 +76,8 @@ class ServeOptions:
         "help": "dense: query encoder runtime (default: the manifest's, or openvino for a torch-built index where "
                 "the [openvino] extra is installed on a CPU machine); another one is checked against the index"})
     encoder_threads: int | None = field(default=None, metadata={
-        "help": "dense: CPU threads of the query encoder, torch or OpenVINO (default: the runtime's, one per core)"})
+        "help": "dense: CPU threads of the query encoder, torch or OpenVINO (default: the runtime's, one per core; "
+                "torch runs a lone query on the cores other processes leave free)"})
     log_level: str = field(default="info", metadata={"help": "uvicorn log level"})
     drain_timeout: float = field(default=30.0, metadata={
         "help": "seconds to let in-flight requests finish after SIGTERM before exiting"})
