@@ -246,7 +246,6 @@ class SentenceEncoder:
         self._workers: ThreadPoolExecutor | None = None  # torch on the CPU with more than one thread
         self._worker_count = 0
         self._free_cores: FreeCores | None = None  # torch on the CPU, `threads` not given
-        self._lone_threads = 0  # intra-op threads last set for a lone sub-batch (0: never set)
         if backend == "torch":
             device = device or default_device()
             self._model = SentenceTransformer(self.path, device=device, local_files_only=True)
@@ -355,11 +354,10 @@ class SentenceEncoder:
 
     def _set_lone_threads(self, threads: int) -> None:
         """torch's intra-op threads for this thread's next lone sub-batch (`FreeCores`), set only when they change."""
-        if threads != self._lone_threads:
-            import torch
+        import torch
 
-            torch.set_num_threads(threads)
-            self._lone_threads = threads
+        if threads != torch.get_num_threads():
+            set_encoder_threads(threads)
 
     def _features(self, texts: list[str], prefix: str) -> dict:
         """`SentenceTransformer.preprocess(texts, prompt=prefix)`'s features, from the Rust tokenizer where it gives
