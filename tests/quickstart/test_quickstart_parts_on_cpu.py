@@ -207,8 +207,8 @@ def test_every_evaluation_and_grpo_roll_out_on_one_engine(tmp_path, tiny_qwen, e
 ])
 def test_grpo_trains_on_the_chosen_reward_with_group_filtering(tmp_path, tiny_qwen, reward, expected):
     """The overrides compose on the shipped recipe into verl's config: the reward's weights reach
-    `compute_score`, and DAPO's filter is on with the step's cap and 4 generation batches in flight (off with
-    `--no-filter-groups`); the layers' activations are kept, not recomputed."""
+    `compute_score`, and DAPO's filter is on with the step's cap and `INFLIGHT_GEN_BATCHES` generation batches
+    in flight (off with `--no-filter-groups`); the layers' activations are kept, not recomputed."""
     from verl_search.quickstart.grpo import INFLIGHT_GEN_BATCHES, grpo_overrides, shipped_recipe
     from verl_search.rewards import compute_score
     from verl_search.verl_config.compose import compose_verl_config
@@ -224,7 +224,7 @@ def test_grpo_trains_on_the_chosen_reward_with_group_filtering(tmp_path, tiny_qw
         pytest.approx({"em": 0.2, "f1": 2 / 3}[reward])
     assert (config.algorithm.filter_groups.enable, config.algorithm.filter_groups.metric) == (True, "reward")
     assert config.algorithm.filter_groups.max_num_gen_batches == 6
-    assert config.algorithm.filter_groups.max_inflight_gen_batches == INFLIGHT_GEN_BATCHES > 1
+    assert config.algorithm.filter_groups.max_inflight_gen_batches == INFLIGHT_GEN_BATCHES
     assert config.actor_rollout_ref.model.enable_gradient_checkpointing is False  # verl's default True: GPU memory
     unfiltered = compose_verl_config(grpo_overrides(protocol, **common), recipe=shipped_recipe())
     assert not unfiltered.algorithm.filter_groups.enable

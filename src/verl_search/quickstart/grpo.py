@@ -35,12 +35,15 @@ GRPO_KVCACHE_SPACE_GIB = 1
 SmolLM2-135M in fp32, room for a step's 16 trajectories, while the trainer holds the actor beside it
 (`train --cpu` alone and the evaluations keep `cpu.vllm_cpu.DEFAULT_KVCACHE_SPACE_GIB`, 2: a batch of
 34 evaluation questions fills more than 1 GiB)."""
-INFLIGHT_GEN_BATCHES = 4
-"""verl's `algorithm.filter_groups.max_inflight_gen_batches` with group filtering on: up to 4 generation batches
-(8 questions x 8 rollouts at the default sizes) generate at once instead of 1, the groups in flight when enough
-carry signal are finished and discarded. Measured on the 2-core machine (`benchmarks/bench_grpo_stage.py`, one
-step from a cold start; docs/quickstart.md): 6.8 s of generation per group with 1 in flight (18 groups), 5.1 and
-5.4 s with 4 (20 and 28 groups)."""
+INFLIGHT_GEN_BATCHES = 1
+"""verl's `algorithm.filter_groups.max_inflight_gen_batches` with group filtering on: at most 1 generation batch
+(2 questions x 8 rollouts at the default sizes) pending or running while refilling, verl's default. verl refills two
+prompts for every group filtered out and lets the groups still running finish once enough carry signal, so more
+in flight means more groups generated and discarded: on the quickstart's questions (about half of the groups carry
+signal) 4 in flight generated 2.9 groups per trained group and more than 4 at 2 of 14 steps; 1 is modelled at 2.3,
+and more than 4 at 1 step in 20 (`benchmarks/sim_dynamic_sampling.py`, results/dynamic_sampling). A group
+generates faster with more beside it (6.8 s against 5.1-5.4 s with 4 in flight, 18-28 groups a step), which
+pays only when a step needs many groups."""
 #: the shipped GRPO recipe: package data, a link to examples/grpo_qwen2.5-3b-base_search_r1/config.yaml in a
 #: checkout (one file), copied into the wheel, so the quickstart runs from any directory
 RECIPE = "grpo_qwen2.5-3b-base_search_r1.yaml"
