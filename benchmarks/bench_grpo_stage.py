@@ -13,7 +13,7 @@ between variants (sampling), so compare seconds per group and per token, not ste
 
     python benchmarks/bench_grpo_stage.py runs/quickstart --steps 1 \\
         --variant default= \\
-        --variant one-in-flight=algorithm.filter_groups.max_inflight_gen_batches=1 \\
+        --variant four-in-flight=algorithm.filter_groups.max_inflight_gen_batches=4 \\
         --variant recompute=actor_rollout_ref.model.enable_gradient_checkpointing=true
 
 verl's trainer modes on one recipe, without group filtering (every step trains its `prompts-per-step` first
