@@ -14,6 +14,7 @@ kept here), each against the cold start and against learning_run's control, on a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 from pathlib import Path
@@ -21,9 +22,13 @@ from pathlib import Path
 from verl_search.report.baselines import question_shape
 from verl_search.report.compare import paired_bootstrap
 from verl_search.report.observations import gold_visible
-from verl_search.report.records import read_trajectories
 
 HERE = Path(__file__).parent
+_STEPS = importlib.util.spec_from_file_location("learning_run_steps_summarize",
+                                                HERE.parent / "learning_run_steps" / "summarize.py")
+steps_summary = importlib.util.module_from_spec(_STEPS)
+_STEPS.loader.exec_module(steps_summary)
+records, cell = steps_summary.records, steps_summary.cell  # one reader and one table cell for both folders' tables
 FIRST = HERE.parent / "learning_run"
 MODELS = {"learning_run": FIRST / "eval" / "grpo",
           "learning_run_steps, step 8": HERE.parent / "learning_run_steps" / "step8" / "eval" / "grpo",
@@ -37,25 +42,8 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 """Student t's 0.975 quantile by degrees of freedom."""
 
 
-def records(folder: Path) -> dict[str, dict]:
-    """Question id -> evaluation record of `folder`'s `trajectories.jsonl` (`report.records.read_trajectories`).
-
-    Raises:
-        FileNotFoundError: the folder holds no `trajectories.jsonl`.
-    """
-    path = folder / "trajectories.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: the kept evaluations are read from this folder's checkout")
-    return read_trajectories(path)
-
-
 def interval(c: dict) -> str:
     return f"{c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
-
-
-def cell(before: dict, after: dict, ids: list[str], key: str = "f1") -> str:
-    c = paired_bootstrap([before[i][key] for i in ids], [after[i][key] for i in ids])
-    return f"{interval(c)} ({c['better']} / {c['worse']})"
 
 
 def over_runs(cold: dict, runs: list[dict], ids: list[str], key: str = "f1") -> tuple[str, str]:
