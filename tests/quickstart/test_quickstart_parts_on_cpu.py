@@ -207,10 +207,11 @@ def test_every_evaluation_and_grpo_roll_out_on_one_engine(tmp_path, tiny_qwen, e
 ])
 def test_grpo_trains_on_the_chosen_reward_with_group_filtering(tmp_path, tiny_qwen, reward, expected):
     """The overrides compose on the shipped recipe into verl's config: the reward's weights reach
-    `compute_score`, and DAPO's filter is on with the step's cap and `INFLIGHT_GEN_BATCHES` generation batches
-    in flight (off with `--no-filter-groups`); the layers' activations are kept, not recomputed."""
+    `compute_score`, and DAPO's filter is on with the step's cap (training at it) and `INFLIGHT_GEN_BATCHES`
+    generation batches in flight (off with `--no-filter-groups`); the layers' activations are kept, not recomputed."""
     from verl_search.quickstart.grpo import INFLIGHT_GEN_BATCHES, grpo_overrides, shipped_recipe
     from verl_search.rewards import compute_score
+    from verl_search.training.names import TRAIN_AT_LIMIT_KWARG
     from verl_search.verl_config.compose import compose_verl_config
 
     protocol = protocol_options(QuickstartOptions(), tmp_path / "index")
@@ -225,6 +226,7 @@ def test_grpo_trains_on_the_chosen_reward_with_group_filtering(tmp_path, tiny_qw
     assert (config.algorithm.filter_groups.enable, config.algorithm.filter_groups.metric) == (True, "reward")
     assert config.algorithm.filter_groups.max_num_gen_batches == 6
     assert config.algorithm.filter_groups.max_inflight_gen_batches == INFLIGHT_GEN_BATCHES
+    assert config.trainer.v1.sampler.sampler_kwargs[TRAIN_AT_LIMIT_KWARG] is True  # at the cap: train, not stop
     assert config.actor_rollout_ref.model.enable_gradient_checkpointing is False  # verl's default True: GPU memory
     unfiltered = compose_verl_config(grpo_overrides(protocol, **common), recipe=shipped_recipe())
     assert not unfiltered.algorithm.filter_groups.enable

@@ -84,6 +84,16 @@ def test_every_trained_group_carried_signal_only_when_every_kept_group_did():
     assert "groups had all answer scores (`acc`) equal" in section(step_signals(steps, both), None, "acc")
 
 
+def test_a_step_that_trained_groups_without_signal_at_the_limit_says_so():
+    steps = {1: {"search/groups/generated": 4.0, "training/filter_groups/evicted_samples": 2.0},
+             2: {"search/groups/generated": 8.0, "training/filter_groups/evicted_samples": 6.0,
+                 "search/groups/trained_without_signal": 1.0}}
+    text = section(step_signals(steps, {}))
+    assert "(`--max-gen-batches`), the step trained on the groups it had: step 2: 1 group(s) without signal" in text
+    assert "step 1:" not in text.split("--max-gen-batches")[1]
+    assert "--max-gen-batches" not in section(step_signals({1: steps[1]}, {}))
+
+
 def test_the_kept_runs_rollouts_hold_one_format_only_group_and_16_groups_generated_per_trained_one():
     from verl_search.quickstart.grpo import REWARD_WEIGHTS
     from verl_search.rewards import compute_score

@@ -7,8 +7,9 @@ where the `[cpu]` extra is installed (README's install, so CI's), else the trans
   samples a step, 2 steps; DAPO's group filtering on, and 2 of the 4 training rows unanswerable, so groups without
   signal occur, are filtered out and refilled (`verl_search.training.replay_buffer`). Then the same command with
   3 steps and a constant reward (its control): it resumes from the step-2 checkpoint into a fresh rollout server,
-  which samples the checkpoint's weights, and, with no group carrying signal, stops at `max_num_gen_batches`
-  before any update: nothing moves the policy but the reward.
+  which samples the checkpoint's weights, and, with no group carrying signal, trains at `max_num_gen_batches`
+  (`train_at_max_gen_batches`, the quickstart's setting) on the groups it has, every advantage 0: nothing moves
+  the policy but the reward.
 * PPO Search-R1 recipe: our `SearchR1AgentLoop`, a critic; 4 prompts x 4 samples, 1 step (the weight sync after
   an update and the resume are the same verl code as GRPO's, checked there). Its run is made in
   `test_recipe_ppo_on_cpu.py`, which collects this module's tests for it.
@@ -41,7 +42,9 @@ The behaviours covered here, once per recipe:
   custom-sampler hook, `verl_search.training.metrics`), and our reward's outputs reach verl's validation
   metrics;
 * a resumed GRPO run loads the step-2 checkpoint, and its fresh rollout server samples those weights;
-* a step without signal (the constant reward) stops the run at `max_num_gen_batches`, before any update or checkpoint.
+* a step without signal (the constant reward) generates exactly `max_num_gen_batches` batches, filters out the
+  groups it can refill, and trains on the rest with every GRPO advantage 0 (the stop at the limit, without
+  `train_at_max_gen_batches`: `test_replay_buffer_on_cpu.py`).
 
 Real: the trainer, rollout, agent loops, tool, reward, logger, the BM25 server on the mini corpus. Stand-ins:
 a tiny Qwen2 (head size 64, which vLLM's CPU attention has a kernel for; real Qwen2.5 tokenizer) fitted to
@@ -62,6 +65,7 @@ from tests.training.answering_model import fitted_answering_model
 from tests.training.searching_model import QUERY
 from tests.training.main_ppo import CONSTANT_REWARD, RECIPES, actor_checkpoint, rollout_probability_gap, train
 from verl_search.cpu import vllm_cpu
+from verl_search.training.names import TRAIN_AT_LIMIT_KWARG
 
 pytestmark = pytest.mark.slow
 ENGINE = "vllm" if vllm_cpu.vllm_cpu_version() is not None else "verl_search_cpu"
@@ -120,8 +124,10 @@ UNANSWERABLE = {"grpo_search_r1": 2}
 RESUMED = {"grpo_search_r1"}
 """Recipes whose run is resumed for a third step, with `WITHOUT_SIGNAL`."""
 WITHOUT_SIGNAL = ("algorithm.filter_groups.max_num_gen_batches=2",
+                  f"+trainer.v1.sampler.sampler_kwargs.{TRAIN_AT_LIMIT_KWARG}=true",
                   f"reward.custom_reward_function.path={CONSTANT_REWARD}")
-"""The resumed run's control: a constant reward (score 0) leaves no group with signal; 2 generation batches at most."""
+"""The resumed run's control: a constant reward (score 0) leaves no group with signal; 2 generation batches at most,
+then the step trains on the groups at hand."""
 COMMON = (
     "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
@@ -387,18 +393,23 @@ def resumed_run(run) -> dict:
     return run["resumed"]
 
 
-def test_a_step_without_signal_stops_before_any_update(run):
-    """The resumed run's constant reward filters out every group: the run stops when the step's generation batches
-    reach `max_num_gen_batches`, with the setting named, and no update or checkpoint happened."""
+def test_a_step_without_signal_trains_at_the_limit_with_every_advantage_0(run):
+    """The resumed run's constant reward leaves every group without signal: the step filters out the 2 groups it
+    can refill (one generation batch more), keeps the 2 after them, and trains on those with every GRPO advantage
+    0; it generated exactly `max_num_gen_batches` batches and checkpointed."""
     resumed, last = resumed_run(run), run["steps"]
-    assert resumed["code"] != 0
-    assert "max_num_gen_batches=2" in resumed["log"] and "no update runs on groups without signal" in resumed["log"]
-    assert not resumed["metrics"] and not resumed["probe"], "a step was logged or an update measured"
-    assert not (run["out"] / "ckpt" / f"global_step_{last + 1}").exists()
-    assert (run["out"] / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == str(last)
-    # a refill ran (more than the first batch's samples) and none past the cap's two batches
-    assert run["batch"] < len(resumed["records"]) <= 2 * run["batch"], len(resumed["records"])
+    assert resumed["code"] == 0, resumed["log"][-6000:]
+    values = resumed["metrics"][last + 1]
+    prompts = SETTINGS[run["name"]][0]
+    assert values["search/groups/generated"] == 2 * prompts, values
+    assert values["training/filter_groups/evicted_samples"] == prompts, values
+    assert values["search/groups/trained_without_signal"] == prompts, values
+    assert values["search/groups/informative_share"] == 0.0, values
+    assert values["critic/advantages/max"] == 0.0 and values["critic/advantages/min"] == 0.0, values
+    # every sample of the 2 batches generated, all scored 0, none generated past the limit
+    assert len(resumed["records"]) == 2 * run["batch"], len(resumed["records"])
     assert all(record["global_steps"] == last + 1 and record["reward_score"] == 0 for record in resumed["records"])
+    assert (run["out"] / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == str(last + 1)
 
 
 def test_a_resumed_run_loads_the_checkpoint_and_its_rollout_samples_those_weights(run):

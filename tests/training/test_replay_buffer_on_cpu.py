@@ -15,6 +15,7 @@ from verl_search.training.replay_buffer import (
     group_metrics,
     make_replay_buffer,
 )
+from verl_search.training.names import TRAIN_AT_LIMIT_KWARG
 from verl_search.verl_config.compose import compose_verl_config
 
 RECIPE = REPO / "examples" / "grpo_qwen2.5-3b-base_search_r1" / "config.yaml"
@@ -65,6 +66,54 @@ def test_refills_past_max_num_gen_batches_stop_the_step():
     with pytest.raises(RuntimeError, match="max_num_gen_batches=3.*no update runs"):
         buffer._refill(1)
     assert dispatched == [8, 8]
+
+
+AT_LIMIT = [*FILTER, "algorithm.filter_groups.max_num_gen_batches=3",
+            f"+trainer.v1.sampler.sampler_kwargs.{TRAIN_AT_LIMIT_KWARG}=true"]
+"""8 prompts a batch, 3 batches a step at most, then train on the groups at hand: 16 refills allowed."""
+
+
+def test_at_the_limit_refills_stop_without_an_error():
+    buffer = built(AT_LIMIT)
+    dispatched = []
+    buffer._verl_refill = dispatched.append
+    buffer._refill(10)
+    buffer._refill(10)  # 6 of these 10 fit
+    assert buffer._refill(1) == 0
+    assert dispatched == [10, 6] and buffer._refilled == 16
+
+
+def finished(buffer, alike: list[str], with_signal: list[str]) -> None:
+    """Finished groups of step 1 as verl's sampler holds them once classified (`_dapo_classification_cache`:
+    the shared score of a group without signal, None for one with signal), so verl's own `_dapo_filtered_keys`
+    reads no TransferQueue."""
+    buffer.finished_keys["train"] = set(alike) | set(with_signal)
+    buffer._dapo_classification_cache["train"] = {**{uid: 0.0 for uid in alike}, **{uid: None for uid in with_signal}}
+    buffer.prompt_global_steps["train"] = {uid: 1 for uid in buffer.finished_keys["train"]}
+
+
+def test_at_the_limit_groups_past_the_refills_allowed_are_kept_and_trained_last():
+    buffer = built(AT_LIMIT)
+    alike = [f"a{i:02d}" for i in range(20)]
+    finished(buffer, alike[:12], [])
+    uids, counts = buffer._dapo_filtered_keys("train")
+    assert uids == set(alike[:12]) and counts == {0.0: 12}  # room for 16
+    finished(buffer, alike[12:], ["s1", "s2"])  # verl cleared the 12; 8 more alike and 2 with signal finish
+    uids, counts = buffer._dapo_filtered_keys("train")
+    assert uids == set(alike[12:16]) and counts == {0.0: 4}  # the 4 that fit; the lowest uids first
+    assert buffer._kept_alike == set(alike[16:])
+    finished(buffer, alike[16:], ["s1", "s2"])
+    assert buffer._dapo_filtered_keys("train") == (set(), {})  # kept groups stay kept
+    # a batch of 3: both groups with signal first, then a kept one
+    selected, _, _ = buffer._select_prompt_uids("train", set(alike[16:]) | {"s1", "s2"}, 3)
+    assert selected[:2] in (["s1", "s2"], ["s2", "s1"]) and selected[2] in alike[16:]
+
+
+def test_without_the_setting_every_group_without_signal_is_filtered_out():
+    buffer = built([*FILTER, "algorithm.filter_groups.max_num_gen_batches=3"])
+    finished(buffer, [f"a{i:02d}" for i in range(20)], ["s1"])
+    uids, _ = buffer._dapo_filtered_keys("train")
+    assert len(uids) == 20 and not buffer._kept_alike
 
 
 def test_outside_a_trainer_the_buffer_is_verls_default():

@@ -24,7 +24,7 @@ import yaml
 from verl_search.agent_protocol.registry import search_cap_keys
 from verl_search.eval.options import EvalOptions
 from verl_search.report.grpo_signal import filter_metric_key
-from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
+from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG, TRAIN_AT_LIMIT_KWARG
 from verl_search.training.progress import failure_message, run_logged
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ INFLIGHT_GEN_BATCHES = 1
 prompts for every group filtered out and lets the groups still running finish once enough carry signal, so more
 in flight means more groups generated and discarded: on the quickstart's questions (about half of the groups carry
 signal) 4 in flight generated 2.9 groups per trained group and more than 4 at 2 of 14 steps; 1 is modelled at 2.3,
-and more than 4 at 1 step in 20 (`benchmarks/sim_dynamic_sampling.py`, results/dynamic_sampling). A group
+and more than 4 at 1 step in 20 without a limit (`benchmarks/sim_dynamic_sampling.py`, results/dynamic_sampling;
+the study's `max_gen_batches`, 4 by default, bounds it). A group
 generates faster with more beside it (6.8 s against 5.1-5.4 s with 4 in flight, 18-28 groups a step), which
 pays only when a step needs many groups."""
 #: the shipped GRPO recipe: package data, a link to examples/grpo_qwen2.5-3b-base_search_r1/config.yaml in a
@@ -125,11 +126,12 @@ def reward_overrides(reward: str) -> list[str]:
 def filter_overrides(max_gen_batches: int, metric: str = "reward") -> list[str]:
     """DAPO's dynamic sampling (verl's `algorithm.filter_groups`, honoured by the recipe's replay buffer,
     `verl_search.training.replay_buffer`) on `metric` (`report.grpo_signal.filter_metric_key`: `reward`, `acc`
-    or `f1`): at most
-    `max_gen_batches` generation batches a step (0: no limit), `INFLIGHT_GEN_BATCHES` of them generating at once."""
+    or `f1`): at most `max_gen_batches` generation batches a step (0: no limit), at the limit training on the
+    groups at hand (`TRAIN_AT_LIMIT_KWARG`), `INFLIGHT_GEN_BATCHES` of them generating at once."""
     return ["algorithm.filter_groups.enable=true", f"algorithm.filter_groups.metric={metric}",
             f"algorithm.filter_groups.max_num_gen_batches={max_gen_batches}",
-            f"algorithm.filter_groups.max_inflight_gen_batches={INFLIGHT_GEN_BATCHES}"]
+            f"algorithm.filter_groups.max_inflight_gen_batches={INFLIGHT_GEN_BATCHES}",
+            f"+trainer.v1.sampler.sampler_kwargs.{TRAIN_AT_LIMIT_KWARG}=true"]
 
 
 def grpo_overrides(protocol: EvalOptions, *, model: str, train_file: Path, val_file: Path, out: Path, steps: int,

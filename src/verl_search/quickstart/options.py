@@ -103,10 +103,15 @@ class StudyOptions(QuickstartOptions):
             trajectories per step; sft_lr: learning rate. grpo_lr: GRPO's learning rate.
         filter_groups: DAPO's dynamic sampling (`algorithm.filter_groups` on the score): groups whose
             rollouts all scored alike are dropped and replaced by fresh questions, so every group trained
-            on carries signal; max_gen_batches: generation batches one step may use before the run
-            stops with an error (0: no limit); filter_metric: what must differ within a group: `reward` (the
-            score, format credit included) or `answer` (the answer score alone, EM or token F1 as the reward
-            pays: a group that differs only by format credit is dropped; `report.grpo_signal.filter_metric_key`).
+            on carries signal; max_gen_batches: generation batches (`prompts_per_step` questions each) one
+            step may use to find groups that carry signal; at the limit the step trains on the groups it has, those
+            without signal last (their GRPO advantages are 0), so no step generates more than this many groups
+            per trained group (`verl_search.training.replay_buffer`, "Training at the limit"); 0: no limit. The
+            learning runs kept before 2026-11-29 ran with 100, the default then, which no step reached (their
+            settings generate 4-5 groups per trained group on average: rerun them with `--max-gen-batches 100`).
+            filter_metric: what must differ within a group: `reward` (the score, format credit included) or
+            `answer` (the answer score alone, EM or token F1 as the reward pays: a group that differs only by
+            format credit is dropped; `report.grpo_signal.filter_metric_key`).
         frontier_questions: training questions whose sampled success the start model is measured on
             before GRPO (`frontier_samples` rollouts each at temperature 1); GRPO then trains on those
             answered in some but not all samples (by exact match, or by token F1 where GRPO trains on an
@@ -145,8 +150,9 @@ class StudyOptions(QuickstartOptions):
     grpo_lr: float = field(default=2e-5, metadata=_help("GRPO learning rate"))
     filter_groups: bool = field(default=True, metadata=_help(
         "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
-    max_gen_batches: int = field(default=100, metadata=_help(
-        "generation batches a GRPO step may use to find groups with signal (0: no limit)"))
+    max_gen_batches: int = field(default=4, metadata=_help(
+        "generation batches a GRPO step may use to find groups with signal; at the limit it trains on the groups "
+        "it has (0: no limit)"))
     filter_metric: Literal["reward", "answer"] = field(default="reward", metadata=_help(
         "what must differ within a kept GRPO group: reward (the score, format credit included) or answer (the "
         "answer score alone: EM, or F1 for an F1 reward)"))

@@ -30,6 +30,7 @@ METRICS = {
     "groups generated": "search/groups/generated",
     "groups filtered out": "training/filter_groups/evicted_samples",
     "reward before filtering": "search/score_before_filter/mean",
+    "groups trained without signal": "search/groups/trained_without_signal",
     "advantage min": "critic/advantages/min",
     "advantage max": "critic/advantages/max",
     "entropy (nats/token)": "actor/entropy",
@@ -271,7 +272,8 @@ def explain(signals: list[dict], comparison: dict | None = None, filter_metric: 
     """Sentences (markdown bullets) on what the steps' signal shows: the held-out verdict (`comparison`:
     `report.compare.paired_bootstrap` of cold start -> GRPO EM, or `None`), the groups without reward
     variance, the trained groups' answer signal (`_answer_sentence`), group filtering (on `filter_metric`:
-    `reward`, or a reward output such as `acc`) and the groups generated per trained group, the steps whose
+    `reward`, or a reward output such as `acc`) and the groups generated per trained group (and trained without
+    signal at the limit of generation batches), the steps whose
     every advantage was 0, entropy, KL, and the updates made."""
     lines = []
     if comparison:
@@ -313,6 +315,12 @@ def explain(signals: list[dict], comparison: dict | None = None, filter_metric: 
         worst = max(ratios, key=lambda pair: pair[1])
         lines.append(f"Groups generated per trained group: {', '.join(f'{r:.1f}' for _, r in ratios)} by step (most "
                      f"{worst[1]:.1f}, step {worst[0]}).")
+    unsignalled = [(s["step"], s["metrics"]["groups trained without signal"]) for s in signals
+                   if s["metrics"]["groups trained without signal"]]
+    if unsignalled:
+        lines.append("At the limit of generation batches (`--max-gen-batches`), the step trained on the groups it had: "
+                     + ", ".join(f"step {step}: {count:.0f} group(s) without signal" for step, count in unsignalled)
+                     + " (their advantages 0).")
     ems = [s["em"] for s in signals if s["em"] is not None]
     sizes = [s["rollouts"]["group_size"][1] for s in kept]
     if ems and sizes and not filtered:

@@ -19,6 +19,17 @@ batches reach it without enough groups that carry signal, the run stops with an 
 (DAPO's rule, verl's `ray_trainer.py` before the v1 trainer) instead of generating forever; no update runs on
 groups without signal. A test pins both (tests/training/test_replay_buffer_on_cpu.py).
 
+**Training at the limit.** With `trainer.v1.sampler.sampler_kwargs.train_at_max_gen_batches=true` (the
+quickstart's), a step that reaches `max_num_gen_batches` trains instead of stopping: it filters out at most
+`(max_num_gen_batches - 1) x train_batch_size` groups, refills no more than that many prompts, and keeps the groups
+without signal that finish after that; the batch takes the groups with signal first and fills up with those (their
+GRPO advantages are 0: they add no reward-driven update). A step then generates at most `max_num_gen_batches x
+train_batch_size` groups, and never waits for a group it cannot get: at every poll the groups kept or running, plus
+the refills still allowed, are at least a batch. `search/groups/trained_without_signal` counts the groups
+kept so. This overrides two methods of verl 0.9.1's `ReplayBuffer` (`_dapo_filtered_keys`,
+`_select_prompt_uids`), whose `sample()` has no hook for it; the resumed run of tests/training/test_recipes_on_cpu.py
+(no group with signal) pins it.
+
 Metrics added to every training step (names, units: docs/metrics.md): `search/*` of the trained
 trajectories (`verl_search.training.metrics.search_metrics`) and the group metrics
 `search/groups/informative_share`, `search/groups/generated`, `search/score_before_filter/mean`.
@@ -33,6 +44,7 @@ metrics see the true scores.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +59,7 @@ from verl.trainer.ppo.v1.replay_buffer import (
 )
 
 from verl_search.training.metrics import PREFIX, batch_search_metrics, final_keys
-from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG
+from verl_search.training.names import PERMUTE_KWARG, PERMUTE_SEED_KWARG, TRAIN_AT_LIMIT_KWARG
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +69,9 @@ GENERATED = f"{PREFIX}/groups/generated"
 """Prompt groups generated for the step: its first batch plus every refill (sync trainer only)."""
 SCORE_BEFORE_FILTER = f"{PREFIX}/score_before_filter/mean"
 """Mean score per trajectory over the trained groups and the groups filtered out at the step."""
+TRAINED_WITHOUT_SIGNAL = f"{PREFIX}/groups/trained_without_signal"
+"""Groups trained at the step although their filter metric did not differ, kept because the step reached
+`max_num_gen_batches` with `train_at_max_gen_batches` (sync trainer with group filtering only)."""
 PERMUTED = f"{PREFIX}/control/permuted_scores"
 """1 at every step whose scores the permuted-reward control shuffled."""
 
@@ -181,30 +196,73 @@ class _SearchReplayBuffer:
         self._verl_refill = self.refill_fn
         self._refilled = 0
         self._step = 0
+        self._filtered_out = 0  # groups filtered out at this step
+        self._kept_alike: set[str] = set()  # groups without signal kept at this step (train_at_max_gen_batches)
         if self.refill_fn is not None:
             self.refill_fn = self._refill
         options = dict(self.sampler_kwargs or {})
         self.permute = bool(options.get(PERMUTE_KWARG, False))
         self._rng = np.random.default_rng(int(options.get(PERMUTE_SEED_KWARG, 0)))
+        self.train_at_limit = bool(options.get(TRAIN_AT_LIMIT_KWARG, False))
+        overridden = ("_dapo_filtered_keys", "_select_prompt_uids", "_dapo_classification_cache")
+        if self.train_at_limit and not all(hasattr(self, name) for name in overridden):
+            raise RuntimeError(f"{TRAIN_AT_LIMIT_KWARG} follows verl 0.9.1's ReplayBuffer ({', '.join(overridden)}), "
+                               "which this verl lacks: install verl==0.9.1")
+
+    def _refills_allowed(self) -> int | None:
+        """Prompts a step may refill: `(max_num_gen_batches - 1) x train_batch_size`; None: no limit."""
+        batch = self.train_batch_size or 0
+        return (self.max_num_gen_batches - 1) * batch if self.max_num_gen_batches > 0 and batch else None
 
     def _refill(self, count: int):
-        batch = self.train_batch_size or 0
-        if self.max_num_gen_batches > 0 and batch and self._refilled + count > (self.max_num_gen_batches - 1) * batch:
-            raise RuntimeError(
-                f"step {self._step}: {self.max_num_gen_batches} generation batches of {batch} prompts gave fewer "
-                f"than {batch} groups whose rewards differ (algorithm.filter_groups.max_num_gen_batches="
-                f"{self.max_num_gen_batches}); no update runs on groups without signal. The questions are too hard "
-                "or too easy for the policy: raise actor_rollout_ref.rollout.n, train on questions the policy "
-                "sometimes answers, or set algorithm.filter_groups.max_num_gen_batches=0 to keep generating")
+        allowed = self._refills_allowed()
+        if allowed is not None and self._refilled + count > allowed:
+            if self.train_at_limit:  # dispatch what the limit leaves; the groups kept fill the batch
+                count = allowed - self._refilled
+                if count <= 0:
+                    return 0
+            else:
+                batch = self.train_batch_size
+                raise RuntimeError(
+                    f"step {self._step}: {self.max_num_gen_batches} generation batches of {batch} prompts gave fewer "
+                    f"than {batch} groups whose rewards differ (algorithm.filter_groups.max_num_gen_batches="
+                    f"{self.max_num_gen_batches}); no update runs on groups without signal. The questions are too "
+                    "hard or too easy for the policy: raise actor_rollout_ref.rollout.n, train on questions the "
+                    "policy sometimes answers, set algorithm.filter_groups.max_num_gen_batches=0 to keep generating, "
+                    f"or trainer.v1.sampler.sampler_kwargs.{TRAIN_AT_LIMIT_KWARG}=true to train on the groups at hand")
         self._refilled += count
         return self._verl_refill(count)
 
+    def _dapo_filtered_keys(self, partition_id: str):
+        """verl's groups to filter out, less those kept once the step has filtered out as many as it may refill
+        (`train_at_max_gen_batches`; the lowest uids are filtered out first)."""
+        uids, counts = super()._dapo_filtered_keys(partition_id)
+        allowed = self._refills_allowed()
+        if not self.train_at_limit or allowed is None or partition_id == "val":
+            return uids, counts
+        uids = sorted(uids - self._kept_alike)
+        room = max(0, allowed - self._filtered_out)
+        self._kept_alike.update(uids[room:])
+        uids = set(uids[:room])
+        self._filtered_out += len(uids)
+        cache = self._dapo_classification_cache[partition_id]
+        return uids, Counter(cache[uid] for uid in uids)
+
+    def _select_prompt_uids(self, partition_id: str, sampleable_keys: set[str], batch_size: int):
+        """verl's choice (oldest first), with the groups that carry signal before those kept without it."""
+        if not self._kept_alike:
+            return super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
+        ordered, partition, steps = super()._select_prompt_uids(partition_id, sampleable_keys, len(sampleable_keys))
+        return sorted(ordered, key=lambda uid: uid in self._kept_alike)[:batch_size], partition, steps
+
     def sample(self, global_steps: int, partition_id: str, batch_size: int):
-        self._refilled, self._step = 0, global_steps
+        self._refilled, self._step, self._filtered_out, self._kept_alike = 0, global_steps, 0, set()
         batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
         if partition_id != "train":
             return batch, metrics
         added: dict[str, float] = {}
+        if self.train_at_limit and self._refills_allowed() is not None:
+            added[TRAINED_WITHOUT_SIGNAL] = float(len({key.split("_")[0] for key in batch.keys} & self._kept_alike))
         try:
             # the weights being trained are version global_steps - 1 (verl's off-policy metrics count so)
             added.update(batch_search_metrics(batch.keys, batch.partition_id, policy_version=global_steps - 1))
