@@ -1,13 +1,15 @@
 """Print the tables of README.md from the kept evaluations: every 8-step GRPO model made with learning_run's
 settings from the same cold start (learning_run's own, learning_run_steps' model after 8 steps, and the repeats
-kept here), each against the cold start and against learning_run's control, on all 320 test questions and on the
-101 whose gold the cold start's observations show; then the setting's gain over its runs, two ways:
+kept here), each against the cold start and against the two control runs (learning_run's, and repeat 2's own: the
+same run with its scores shuffled), on all 320 test questions and on the 101 whose gold the cold start's
+observations show; each control against the cold start; then the setting's gain over its runs, two ways:
 
 - per question, the runs' mean F1 against the cold start's (paired bootstrap over questions as the study's report,
   `verl_search.report.compare.paired_bootstrap`, 10,000 resamples, seed 0): what an average run of the setting
   gains, with the questions' sampling in the interval but not the runs';
 - per run, its mean F1 difference, and a Student t interval over the runs (n - 1 degrees of freedom): the runs'
-  spread in the interval.
+  spread in the interval; against the controls, the GRPO runs' mean gain over the cold start less the controls'
+  mean, with Welch's t interval (the spread of both kinds of run).
 
     python results/learning_run_repeats/summarize.py
 """
@@ -18,6 +20,8 @@ import importlib.util
 import json
 import statistics
 from pathlib import Path
+
+from scipy import stats
 
 from verl_search.report.baselines import question_shape
 from verl_search.report.compare import paired_bootstrap
@@ -33,17 +37,22 @@ FIRST = HERE.parent / "learning_run"
 MODELS = {"learning_run": FIRST / "eval" / "grpo",
           "learning_run_steps, step 8": HERE.parent / "learning_run_steps" / "step8" / "eval" / "grpo",
           **{f"repeat {n}": folder / "eval" / "grpo" for n, folder in
-             ((int(p.name.removeprefix("rep")), p) for p in sorted(HERE.glob("rep[0-9]*")))}}
+             ((int(p.name.removeprefix("rep")), p) for p in sorted(HERE.glob("rep[0-9]*")) if p.name[3:].isdigit())}}
 ROLLOUTS = {"learning_run": FIRST / "grpo" / "rollouts",
             "learning_run_steps, step 8": HERE.parent / "learning_run_steps" / "step12" / "grpo" / "rollouts",
             **{name: folder.parent.parent / "grpo" / "rollouts" for name, folder in MODELS.items()
                if name.startswith("repeat")}}
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-"""Student t's 0.975 quantile by degrees of freedom."""
+CONTROLS = {"learning_run's control": FIRST / "eval" / "grpo_control",
+            "repeat 2's control": HERE / "rep2_control" / "eval" / "grpo_control"}
 
 
 def interval(c: dict) -> str:
     return f"{c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
+
+
+def gains(base: dict, runs: list[dict], ids: list[str], key: str) -> list[float]:
+    """Each run's mean `key` difference from `base` on `ids`."""
+    return [sum(run[i][key] - base[i][key] for i in ids) / len(ids) for run in runs]
 
 
 def over_runs(cold: dict, runs: list[dict], ids: list[str], key: str = "f1") -> tuple[str, str]:
@@ -51,10 +60,24 @@ def over_runs(cold: dict, runs: list[dict], ids: list[str], key: str = "f1") -> 
     differences with a t interval over runs, and their range)."""
     mean = [sum(run[i][key] for run in runs) / len(runs) for i in ids]
     pooled = interval(paired_bootstrap([cold[i][key] for i in ids], mean))
-    gains = [sum(run[i][key] - cold[i][key] for i in ids) / len(ids) for run in runs]
-    centre, half = statistics.mean(gains), T_975[len(gains) - 1] * statistics.stdev(gains) / len(gains) ** 0.5
+    diffs = gains(cold, runs, ids, key)
+    centre = statistics.mean(diffs)
+    half = stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
     return pooled, (f"{centre:+.3f} [{centre - half:+.3f}, {centre + half:+.3f}] "
-                    f"(runs {min(gains):+.3f} to {max(gains):+.3f})")
+                    f"(runs {min(diffs):+.3f} to {max(diffs):+.3f})")
+
+
+def over_controls(cold: dict, runs: list[dict], controls: list[dict], ids: list[str], key: str = "f1") -> tuple[str, str]:
+    """(the GRPO runs' mean per question against the controls' mean, bootstrap over questions; the GRPO runs' mean
+    gain over the cold start less the controls', Welch's t interval over both kinds of run)."""
+    ours = [sum(run[i][key] for run in runs) / len(runs) for i in ids]
+    theirs = [sum(run[i][key] for run in controls) / len(controls) for i in ids]
+    pooled = interval(paired_bootstrap(theirs, ours))
+    a, b = gains(cold, runs, ids, key), gains(cold, controls, ids, key)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    centre, half = statistics.mean(a) - statistics.mean(b), stats.t.ppf(0.975, df) * (va + vb) ** 0.5
+    return pooled, f"{centre:+.3f} [{centre - half:+.3f}, {centre + half:+.3f}] (df {df:.1f})"
 
 
 def trained_prompts(folder: Path, steps: int = 8) -> set[str]:
@@ -67,28 +90,44 @@ def trained_prompts(folder: Path, steps: int = 8) -> set[str]:
 
 
 def main() -> None:
-    cold, control = records(FIRST / "eval" / "cold_start"), records(FIRST / "eval" / "grpo_control")
+    cold = records(FIRST / "eval" / "cold_start")
+    controls = {name: records(folder) for name, folder in CONTROLS.items()}
     ids = sorted(cold)
     seen = [i for i in ids if gold_visible(cold[i])]
     two = [i for i in ids if question_shape(cold[i]["question"]) == "two_option"]
     runs = {name: records(folder) for name, folder in MODELS.items()}
-    print(f"{len(runs)} GRPO models; {len(ids)} test questions, {len(seen)} seen by the cold start, "
-          f"{len(two)} two-option\n")
+    print(f"{len(runs)} GRPO models, {len(controls)} controls; {len(ids)} test questions, {len(seen)} seen by the "
+          f"cold start, {len(two)} two-option\n")
+    control1, control2 = controls.values()
     print(f"| GRPO model | cold start -> GRPO F1, all {len(ids)} | the {len(seen)} seen | "
-          f"the {len(two)} two-option | control -> GRPO F1, all | the {len(seen)} seen |")
-    print("| --- | --- | --- | --- | --- | --- |")
+          f"the {len(two)} two-option | control 1 -> GRPO F1, all | the {len(seen)} seen | "
+          f"control 2 -> GRPO F1, all | the {len(seen)} seen |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, run in runs.items():
         print(f"| {name} | {cell(cold, run, ids)} | {cell(cold, run, seen)} | {cell(cold, run, two)} | "
-              f"{cell(control, run, ids)} | {cell(control, run, seen)} |")
+              f"{cell(control1, run, ids)} | {cell(control1, run, seen)} | {cell(control2, run, ids)} | "
+              f"{cell(control2, run, seen)} |")
+    print(f"\n| control | cold start -> control F1, all {len(ids)} | the {len(seen)} seen | EM, all | the "
+          f"{len(seen)} seen |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, control in controls.items():
+        print(f"| {name} | {cell(cold, control, ids)} | {cell(cold, control, seen)} | "
+              f"{cell(cold, control, ids, 'em')} | {cell(cold, control, seen, 'em')} |")
+    print(f"| control 1 -> control 2 | {cell(control1, control2, ids)} | {cell(control1, control2, seen)} | "
+          f"{cell(control1, control2, ids, 'em')} | {cell(control1, control2, seen, 'em')} |")
     print(f"\n| over the {len(runs)} runs | against | questions | per question, the runs' mean (bootstrap) | "
           "per run (t over runs) |")
     print("| --- | --- | --- | --- | --- |")
-    for against, base in (("cold start", cold), ("control", control)):
-        for label, chosen in ((f"all {len(ids)}", ids), (f"the {len(seen)} seen", seen),
-                              (f"the {len(two)} two-option", two)):
-            for key in ("f1", "em"):
-                pooled, per_run = over_runs(base, list(runs.values()), chosen, key)
-                print(f"| {key.upper()} | {against} | {label} | {pooled} | {per_run} |")
+    for label, chosen in ((f"all {len(ids)}", ids), (f"the {len(seen)} seen", seen),
+                          (f"the {len(two)} two-option", two)):
+        for key in ("f1", "em"):
+            pooled, per_run = over_runs(cold, list(runs.values()), chosen, key)
+            print(f"| {key.upper()} | cold start | {label} | {pooled} | {per_run} |")
+    for label, chosen in ((f"all {len(ids)}", ids), (f"the {len(seen)} seen", seen),
+                          (f"the {len(two)} two-option", two)):
+        for key in ("f1", "em"):
+            pooled, per_run = over_controls(cold, list(runs.values()), list(controls.values()), chosen, key)
+            print(f"| {key.upper()} | the {len(controls)} controls | {label} | {pooled} | {per_run} (Welch) |")
     trained = {name: trained_prompts(folder) for name, folder in ROLLOUTS.items()}
     first = trained["learning_run"]
     print("\nquestions trained in 8 steps, and how many of them learning_run also trained: "
