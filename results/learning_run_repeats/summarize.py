@@ -1,7 +1,7 @@
 """Print the tables of README.md from the kept evaluations: every 8-step GRPO model made with learning_run's
 settings from the same cold start (learning_run's own, learning_run_steps' model after 8 steps, and the repeats
-kept here), each against the cold start and against the two control runs (learning_run's, and repeat 2's own: the
-same run with its scores shuffled), on all 320 test questions and on the 101 whose gold the cold start's
+kept here), each against the cold start and against the control runs (learning_run's, and repeats 2 and 1's own:
+the same run with its scores shuffled), on all 320 test questions and on the 101 whose gold the cold start's
 observations show; each control against the cold start; then the setting's gain over its runs, two ways:
 
 - per question, the runs' mean F1 against the cold start's (paired bootstrap over questions as the study's report,
@@ -17,6 +17,7 @@ observations show; each control against the cold start; then the setting's gain 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -43,7 +44,9 @@ ROLLOUTS = {"learning_run": FIRST / "grpo" / "rollouts",
             **{name: folder.parent.parent / "grpo" / "rollouts" for name, folder in MODELS.items()
                if name.startswith("repeat")}}
 CONTROLS = {"learning_run's control": FIRST / "eval" / "grpo_control",
-            "repeat 2's control": HERE / "rep2_control" / "eval" / "grpo_control"}
+            "repeat 2's control": HERE / "rep2_control" / "eval" / "grpo_control",
+            "repeat 1's control": HERE / "rep1_control" / "eval" / "grpo_control"}
+"""The permuted-reward control runs, numbered 1, 2, 3 in the tables."""
 
 
 def interval(c: dict) -> str:
@@ -98,23 +101,22 @@ def main() -> None:
     runs = {name: records(folder) for name, folder in MODELS.items()}
     print(f"{len(runs)} GRPO models, {len(controls)} controls; {len(ids)} test questions, {len(seen)} seen by the "
           f"cold start, {len(two)} two-option\n")
-    control1, control2 = controls.values()
-    print(f"| GRPO model | cold start -> GRPO F1, all {len(ids)} | the {len(seen)} seen | "
-          f"the {len(two)} two-option | control 1 -> GRPO F1, all | the {len(seen)} seen | "
-          f"control 2 -> GRPO F1, all | the {len(seen)} seen |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    numbered = list(enumerate(controls.values(), 1))
+    print(f"| GRPO model | cold start -> GRPO F1, all {len(ids)} | the {len(seen)} seen | the {len(two)} two-option | "
+          + " | ".join(f"control {n} -> GRPO F1, all | the {len(seen)} seen" for n, _ in numbered) + " |")
+    print("| --- " * (4 + 2 * len(numbered)) + "|")
     for name, run in runs.items():
         print(f"| {name} | {cell(cold, run, ids)} | {cell(cold, run, seen)} | {cell(cold, run, two)} | "
-              f"{cell(control1, run, ids)} | {cell(control1, run, seen)} | {cell(control2, run, ids)} | "
-              f"{cell(control2, run, seen)} |")
+              + " | ".join(f"{cell(c, run, ids)} | {cell(c, run, seen)}" for _, c in numbered) + " |")
     print(f"\n| control | cold start -> control F1, all {len(ids)} | the {len(seen)} seen | EM, all | the "
           f"{len(seen)} seen |")
     print("| --- | --- | --- | --- | --- |")
-    for name, control in controls.items():
-        print(f"| {name} | {cell(cold, control, ids)} | {cell(cold, control, seen)} | "
+    for n, (name, control) in enumerate(controls.items(), 1):
+        print(f"| {n}: {name} | {cell(cold, control, ids)} | {cell(cold, control, seen)} | "
               f"{cell(cold, control, ids, 'em')} | {cell(cold, control, seen, 'em')} |")
-    print(f"| control 1 -> control 2 | {cell(control1, control2, ids)} | {cell(control1, control2, seen)} | "
-          f"{cell(control1, control2, ids, 'em')} | {cell(control1, control2, seen, 'em')} |")
+    for (a, ca), (b, cb) in itertools.combinations(numbered, 2):
+        print(f"| control {a} -> control {b} | {cell(ca, cb, ids)} | {cell(ca, cb, seen)} | "
+              f"{cell(ca, cb, ids, 'em')} | {cell(ca, cb, seen, 'em')} |")
     print(f"\n| over the {len(runs)} runs | against | questions | per question, the runs' mean (bootstrap) | "
           "per run (t over runs) |")
     print("| --- | --- | --- | --- | --- |")
