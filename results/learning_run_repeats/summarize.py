@@ -58,29 +58,29 @@ def gains(base: dict, runs: list[dict], ids: list[str], key: str) -> list[float]
     return [sum(run[i][key] - base[i][key] for i in ids) / len(ids) for run in runs]
 
 
+def per_question(runs: list[dict], ids: list[str], key: str) -> list[float]:
+    """The runs' mean `key` on each question of `ids`."""
+    return [sum(run[i][key] for run in runs) / len(runs) for i in ids]
+
+
 def over_runs(cold: dict, runs: list[dict], ids: list[str], key: str = "f1") -> tuple[str, str]:
     """(the runs' mean per question against the cold start, bootstrap over questions; the runs' mean
     differences with a t interval over runs, and their range)."""
-    mean = [sum(run[i][key] for run in runs) / len(runs) for i in ids]
-    pooled = interval(paired_bootstrap([cold[i][key] for i in ids], mean))
+    pooled = interval(paired_bootstrap([cold[i][key] for i in ids], per_question(runs, ids, key)))
     diffs = gains(cold, runs, ids, key)
-    centre = statistics.mean(diffs)
-    half = stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
-    return pooled, (f"{centre:+.3f} [{centre - half:+.3f}, {centre + half:+.3f}] "
+    low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    return pooled, (f"{statistics.mean(diffs):+.3f} [{low:+.3f}, {high:+.3f}] "
                     f"(runs {min(diffs):+.3f} to {max(diffs):+.3f})")
 
 
 def over_controls(cold: dict, runs: list[dict], controls: list[dict], ids: list[str], key: str = "f1") -> tuple[str, str]:
     """(the GRPO runs' mean per question against the controls' mean, bootstrap over questions; the GRPO runs' mean
     gain over the cold start less the controls', Welch's t interval over both kinds of run)."""
-    ours = [sum(run[i][key] for run in runs) / len(runs) for i in ids]
-    theirs = [sum(run[i][key] for run in controls) / len(controls) for i in ids]
-    pooled = interval(paired_bootstrap(theirs, ours))
+    pooled = interval(paired_bootstrap(per_question(controls, ids, key), per_question(runs, ids, key)))
     a, b = gains(cold, runs, ids, key), gains(cold, controls, ids, key)
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    centre, half = statistics.mean(a) - statistics.mean(b), stats.t.ppf(0.975, df) * (va + vb) ** 0.5
-    return pooled, f"{centre:+.3f} [{centre - half:+.3f}, {centre + half:+.3f}] (df {df:.1f})"
+    welch = stats.ttest_ind(a, b, equal_var=False)
+    low, high = welch.confidence_interval(0.95)
+    return pooled, f"{statistics.mean(a) - statistics.mean(b):+.3f} [{low:+.3f}, {high:+.3f}] (df {welch.df:.1f})"
 
 
 def trained_prompts(folder: Path, steps: int = 8) -> set[str]:
