@@ -194,10 +194,7 @@ class _SearchReplayBuffer:
         super().__init__(*args, **kwargs)
         self.max_num_gen_batches = max_num_gen_batches
         self._verl_refill = self.refill_fn
-        self._refilled = 0
-        self._step = 0
-        self._filtered_out = 0  # groups filtered out at this step
-        self._kept_alike: set[str] = set()  # groups without signal kept at this step (train_at_max_gen_batches)
+        self._start_step(0)
         if self.refill_fn is not None:
             self.refill_fn = self._refill
         options = dict(self.sampler_kwargs or {})
@@ -208,6 +205,13 @@ class _SearchReplayBuffer:
         if self.train_at_limit and not all(hasattr(self, name) for name in overridden):
             raise RuntimeError(f"{TRAIN_AT_LIMIT_KWARG} follows verl 0.9.1's ReplayBuffer ({', '.join(overridden)}), "
                                "which this verl lacks: install verl==0.9.1")
+
+    def _start_step(self, global_steps: int) -> None:
+        """Reset what the buffer counts per training step."""
+        self._step = global_steps
+        self._refilled = 0  # prompts refilled at this step
+        self._filtered_out = 0  # groups filtered out at this step
+        self._kept_alike: set[str] = set()  # groups without signal kept at this step (train_at_max_gen_batches)
 
     def _refills_allowed(self) -> int | None:
         """Prompts a step may refill: `(max_num_gen_batches - 1) x train_batch_size`; None: no limit."""
@@ -256,7 +260,7 @@ class _SearchReplayBuffer:
         return sorted(ordered, key=lambda uid: uid in self._kept_alike)[:batch_size], partition, steps
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int):
-        self._refilled, self._step, self._filtered_out, self._kept_alike = 0, global_steps, 0, set()
+        self._start_step(global_steps)
         batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
         if partition_id != "train":
             return batch, metrics
