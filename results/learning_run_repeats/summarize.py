@@ -1,6 +1,6 @@
 """Print the tables of README.md from the kept evaluations: every 8-step GRPO model made with learning_run's
 settings from the same cold start (learning_run's own, learning_run_steps' model after 8 steps, and the repeats
-kept here), each against the cold start and against the control runs (learning_run's, and repeats 2 and 1's own:
+kept here), each against the cold start and against the control runs (learning_run's, and repeats 2, 1 and 3's own:
 the same run with its scores shuffled), on all 320 test questions and on the 101 whose gold the cold start's
 observations show; each control against the cold start; then the setting's gain over its runs, two ways:
 
@@ -9,7 +9,10 @@ observations show; each control against the cold start; then the setting's gain 
   gains, with the questions' sampling in the interval but not the runs';
 - per run, its mean F1 difference, and a Student t interval over the runs (n - 1 degrees of freedom): the runs'
   spread in the interval; against the controls, the GRPO runs' mean gain over the cold start less the controls'
-  mean, with Welch's t interval (the spread of both kinds of run).
+  mean, with Welch's t interval (the spread of both kinds of run);
+- runs per arm: at the per-run gains' pooled standard deviation, how many GRPO runs and as many controls a
+  two-sided two-sample t test (0.05) needs to find the measured difference with 80% power (noncentral t,
+  `runs_per_arm`); both the spread and the difference are estimates from these few runs.
 
     python results/learning_run_repeats/summarize.py
 """
@@ -45,8 +48,9 @@ ROLLOUTS = {"learning_run": FIRST / "grpo" / "rollouts",
                if name.startswith("repeat")}}
 CONTROLS = {"learning_run's control": FIRST / "eval" / "grpo_control",
             "repeat 2's control": HERE / "rep2_control" / "eval" / "grpo_control",
-            "repeat 1's control": HERE / "rep1_control" / "eval" / "grpo_control"}
-"""The permuted-reward control runs, numbered 1, 2, 3 in the tables."""
+            "repeat 1's control": HERE / "rep1_control" / "eval" / "grpo_control",
+            "repeat 3's control": HERE / "rep3_control" / "eval" / "grpo_control"}
+"""The permuted-reward control runs, numbered 1, 2, 3, 4 in the tables."""
 
 
 def interval(c: dict) -> str:
@@ -81,6 +85,22 @@ def over_controls(cold: dict, runs: list[dict], controls: list[dict], ids: list[
     welch = stats.ttest_ind(a, b, equal_var=False)
     low, high = welch.confidence_interval(0.95)
     return pooled, f"{statistics.mean(a) - statistics.mean(b):+.3f} [{low:+.3f}, {high:+.3f}] (df {welch.df:.1f})"
+
+
+def runs_per_arm(a: list[float], b: list[float], power: float = 0.8, alpha: float = 0.05,
+                 most: int = 1000) -> tuple[float, int | None]:
+    """(the pooled standard deviation of the per-run gains `a` and `b`; the fewest runs per arm n at which a
+    two-sided two-sample t test at `alpha` has `power` for a difference of mean(a) - mean(b): df 2n - 2,
+    noncentrality d * sqrt(n / 2) with d the difference over the pooled SD; None above `most` runs)."""
+    pooled = (((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b))
+              / (len(a) + len(b) - 2)) ** 0.5
+    effect = abs(statistics.mean(a) - statistics.mean(b)) / pooled
+    for n in range(2, most + 1):
+        df, shift = 2 * n - 2, effect * (n / 2) ** 0.5
+        critical = stats.t.ppf(1 - alpha / 2, df)
+        if stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift) >= power:
+            return pooled, n
+    return pooled, None
 
 
 def trained_prompts(folder: Path, steps: int = 8) -> set[str]:
@@ -130,6 +150,13 @@ def main() -> None:
         for key in ("f1", "em"):
             pooled, per_run = over_controls(cold, list(runs.values()), list(controls.values()), chosen, key)
             print(f"| {key.upper()} | the {len(controls)} controls | {label} | {pooled} | {per_run} (Welch) |")
+    print()
+    for label, chosen in ((f"all {len(ids)}", ids), (f"the {len(seen)} seen", seen)):
+        a, b = gains(cold, list(runs.values()), chosen, "f1"), gains(cold, list(controls.values()), chosen, "f1")
+        spread, n = runs_per_arm(a, b)
+        print(f"F1 on {label}: GRPO runs' gains minus the controls' {statistics.mean(a) - statistics.mean(b):+.3f}, "
+              f"per-run SD {spread:.3f} (pooled over {len(a)} GRPO and {len(b)} control runs): "
+              + (f"{n} runs per arm for 80% power" if n else "more than 1000 runs per arm for 80% power"))
     trained = {name: trained_prompts(folder) for name, folder in ROLLOUTS.items()}
     first = trained["learning_run"]
     print("\nquestions trained in 8 steps, and how many of them learning_run also trained: "
