@@ -62,6 +62,7 @@ setup(
         "orjson",
         "pydantic>=2",
         "numpy",
+        "scipy",  # bm25s's sparse matrices; the t intervals of `verl-search repeats`
         "bm25s",
         "PyStemmer",
         "tqdm",

@@ -25,11 +25,10 @@ import json
 import statistics
 from pathlib import Path
 
-from scipy import stats
-
 from verl_search.report.baselines import question_shape
 from verl_search.report.compare import paired_bootstrap
 from verl_search.report.observations import gold_visible
+from verl_search.report.repeats import gains, per_question, runs_per_arm, t_interval, welch_interval
 
 HERE = Path(__file__).parent
 _STEPS = importlib.util.spec_from_file_location("learning_run_steps_summarize",
@@ -57,50 +56,21 @@ def interval(c: dict) -> str:
     return f"{c['mean_diff']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
 
 
-def gains(base: dict, runs: list[dict], ids: list[str], key: str) -> list[float]:
-    """Each run's mean `key` difference from `base` on `ids`."""
-    return [sum(run[i][key] - base[i][key] for i in ids) / len(ids) for run in runs]
-
-
-def per_question(runs: list[dict], ids: list[str], key: str) -> list[float]:
-    """The runs' mean `key` on each question of `ids`."""
-    return [sum(run[i][key] for run in runs) / len(runs) for i in ids]
-
-
 def over_runs(cold: dict, runs: list[dict], ids: list[str], key: str = "f1") -> tuple[str, str]:
     """(the runs' mean per question against the cold start, bootstrap over questions; the runs' mean
     differences with a t interval over runs, and their range)."""
     pooled = interval(paired_bootstrap([cold[i][key] for i in ids], per_question(runs, ids, key)))
-    diffs = gains(cold, runs, ids, key)
-    low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
-    return pooled, (f"{statistics.mean(diffs):+.3f} [{low:+.3f}, {high:+.3f}] "
-                    f"(runs {min(diffs):+.3f} to {max(diffs):+.3f})")
+    t = t_interval(gains(cold, runs, ids, key))
+    return pooled, (f"{t['mean']:+.3f} [{t['ci95'][0]:+.3f}, {t['ci95'][1]:+.3f}] "
+                    f"(runs {t['range'][0]:+.3f} to {t['range'][1]:+.3f})")
 
 
 def over_controls(cold: dict, runs: list[dict], controls: list[dict], ids: list[str], key: str = "f1") -> tuple[str, str]:
     """(the GRPO runs' mean per question against the controls' mean, bootstrap over questions; the GRPO runs' mean
     gain over the cold start less the controls', Welch's t interval over both kinds of run)."""
     pooled = interval(paired_bootstrap(per_question(controls, ids, key), per_question(runs, ids, key)))
-    a, b = gains(cold, runs, ids, key), gains(cold, controls, ids, key)
-    welch = stats.ttest_ind(a, b, equal_var=False)
-    low, high = welch.confidence_interval(0.95)
-    return pooled, f"{statistics.mean(a) - statistics.mean(b):+.3f} [{low:+.3f}, {high:+.3f}] (df {welch.df:.1f})"
-
-
-def runs_per_arm(a: list[float], b: list[float], power: float = 0.8, alpha: float = 0.05,
-                 most: int = 1000) -> tuple[float, int | None]:
-    """(the pooled standard deviation of the per-run gains `a` and `b`; the fewest runs per arm n at which a
-    two-sided two-sample t test at `alpha` has `power` for a difference of mean(a) - mean(b): df 2n - 2,
-    noncentrality d * sqrt(n / 2) with d the difference over the pooled SD; None above `most` runs)."""
-    pooled = (((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b))
-              / (len(a) + len(b) - 2)) ** 0.5
-    effect = abs(statistics.mean(a) - statistics.mean(b)) / pooled
-    for n in range(2, most + 1):
-        df, shift = 2 * n - 2, effect * (n / 2) ** 0.5
-        critical = stats.t.ppf(1 - alpha / 2, df)
-        if stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift) >= power:
-            return pooled, n
-    return pooled, None
+    w = welch_interval(gains(cold, runs, ids, key), gains(cold, controls, ids, key))
+    return pooled, f"{w['mean_diff']:+.3f} [{w['ci95'][0]:+.3f}, {w['ci95'][1]:+.3f}] (df {w['df']:.1f})"
 
 
 def trained_prompts(folder: Path, steps: int = 8) -> set[str]:

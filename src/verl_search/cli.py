@@ -1,7 +1,8 @@
 """`verl-search` command line: `index build|check`, `serve`, `eval`, `train`, `check-config`, `preprocess`, ...
 
-`index build`, `index check` and `serve` run on the base install; `eval`, `check-config` and `preprocess` need the
-`[verl]` extra and exit 2 with the `pip install` line when it is missing (see `verl_search.runtime.extras`).
+`index build`, `index check`, `serve` and `repeats` run on the base install; `eval`, `check-config` and
+`preprocess` need the `[verl]` extra and exit 2 with the `pip install` line when it is missing (see
+`verl_search.runtime.extras`).
 
 Each sub-command is a thin wrapper: it parses arguments, calls the library, and turns expected
 errors (bad paths, mismatched index) into a one-line message and exit code 2.
@@ -10,8 +11,10 @@ errors (bad paths, mismatched index) into a one-line message and exit code 2.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+from pathlib import Path
 
 from verl_search import __version__
 from verl_search.runtime.exits import EXPECTED_ERRORS, configure_logging, exit_code
@@ -112,6 +115,14 @@ def _add_study_arguments(study) -> None:
     add_arguments(study, StudyOptions)
 
 
+def _add_repeats_arguments(repeats) -> None:
+    repeats.add_argument("runs", nargs="+", help="study folders (verl-search study --out) of one setting from one "
+                         "cold start: each one's eval/grpo is a GRPO run, eval/grpo_control a control")
+    repeats.add_argument("--json", help="also write the comparisons to this JSON file")
+    repeats.add_argument("--bootstrap-samples", type=int, default=10000, help="resamples of the paired bootstrap")
+    repeats.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+
+
 def _add_config_path_arguments(paths) -> None:
     paths.add_argument("name", choices=["tool", "access-tool", "agent-loop"],
                        help="tool: SearchTool config; access-tool: SearchTool + AccessTool; agent-loop: agent loops")
@@ -134,6 +145,8 @@ SUBCOMMANDS = {
     "study": ("the quickstart's stages with a learning study's: frontier questions and probes, the permuted-reward "
               "control, group filtering, learning rates, token limits, --export (docs/learning-run.md)",
               _add_study_arguments),
+    "repeats": ("several study runs of one setting against their cold start and controls: per question and over "
+                "runs, and the runs per arm a t test needs (docs/learning-run.md)", _add_repeats_arguments),
 }
 
 
@@ -267,6 +280,19 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_repeats(args: argparse.Namespace) -> int:
+    from verl_search.report.repeats import load_repeats, render, summarize
+
+    if args.bootstrap_samples < 1:
+        raise ValueError(f"--bootstrap-samples {args.bootstrap_samples}: pass a positive number of resamples")
+    summary = summarize(load_repeats(args.runs), args.bootstrap_samples, args.seed)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
+        logger.info("comparisons written to %s", args.json)
+    print(render(summary))  # the command's output
+    return 0
+
+
 def cmd_config_path(args: argparse.Namespace) -> int:
     from verl_search.verl_config.shipped import config_path
 
@@ -312,6 +338,7 @@ COMMANDS = {
     ("config-path", None): cmd_config_path,
     ("quickstart", None): cmd_quickstart,
     ("study", None): cmd_quickstart,
+    ("repeats", None): cmd_repeats,
 }
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from verl_search.quickstart.options import QuickstartOptions, StudyOptions, for_model, protocol_options, response_length
-from verl_search.quickstart.pipeline import Stage, StageRecord, needs_run, read_record, run_stages, write_record
+from verl_search.quickstart.stages import Stage, StageRecord, needs_run, read_record, run_stages, write_record
 from verl_search.report.quickstart import (
     comparisons_table,
     curve_keys,
@@ -137,7 +137,7 @@ def test_other_options_are_refused_naming_what_changed_even_upstream(tmp_path):
     with pytest.raises(ValueError, match=r"test_questions: 10 then, 20 now.*another --out"):
         run_stages(stages, changed)
     # the dependent stage is refused too: its input changed
-    from verl_search.quickstart.pipeline import fingerprint
+    from verl_search.quickstart.stages import fingerprint
 
     by_name = {s.name: s for s in stages}
     with pytest.raises(ValueError, match=r"needs\.data\.options\.test_questions"):
@@ -146,7 +146,7 @@ def test_other_options_are_refused_naming_what_changed_even_upstream(tmp_path):
 
 def test_a_stage_recorded_before_dtype_existed_ran_in_float32(tmp_path):
     """A run folder made before `--dtype` resumes with `--dtype float32` and is refused, by name, with bfloat16."""
-    from verl_search.quickstart.pipeline import fingerprint
+    from verl_search.quickstart.stages import fingerprint
 
     stages = [Stage("data", ("test_questions",), (), lambda: None),
               Stage("cold_start", ("sft_examples", "dtype"), ("data",), lambda: None)]
@@ -269,7 +269,8 @@ def test_auto_dtype_is_resolved_before_any_stage_records_it(tmp_path, monkeypatc
     """A run folder records the dtype that ran, not `auto`: moved to a CPU without native bf16, its trained stages
     are refused by name instead of being taken as the same run."""
     from verl_search.cpu import precision
-    from verl_search.quickstart.pipeline import Quickstart, fingerprint
+    from verl_search.quickstart.pipeline import Quickstart
+    from verl_search.quickstart.stages import fingerprint
 
     monkeypatch.setattr(precision, "native_bf16", lambda: True)
     monkeypatch.setattr("verl_search.quickstart.pipeline.in_child", lambda function, *args: function(*args))

@@ -138,6 +138,11 @@ class StudyOptions(QuickstartOptions):
             `float32`; `cpu.precision.resolve_dtype`), `float32` or `bfloat16`. With the transformers engine the
             rollouts compute in float32 whatever it is. Runs kept before the flag existed computed in float32.
         export: a folder to copy the report and the files behind it into (`quickstart.export.export_run`).
+        start_from: a finished study folder whose stages before GRPO (index, data, cold start, frontier) and
+            whose evaluations of the untrained and cold-start models a new `out` starts from, copied in
+            (`quickstart.reuse.start_from`): GRPO runs again from the same cold start, another draw of its
+            sampled rollouts (several such runs: `verl-search repeats`). Those stages' options must be the
+            ones the folder ran with; a rerun of a started `out` resumes it and copies nothing.
 
     Raises:
         ValueError: as `QuickstartOptions`, and for a study flag out of range or a combination that cannot
@@ -180,6 +185,9 @@ class StudyOptions(QuickstartOptions):
         "float32), float32, bfloat16"))
     export: str | None = field(default=None, metadata=_help("also copy the files behind the report here "
                                                              "(no index, checkpoints or models)"))
+    start_from: str | None = field(default=None, metadata=_help(
+        "a finished study folder: copy its stages before GRPO and its untrained and cold-start evaluations into "
+        "a new --out, and run GRPO again from its cold start (a repeat; verl-search repeats compares them)"))
 
     def __post_init__(self):
         super().__post_init__()
@@ -199,6 +207,9 @@ class StudyOptions(QuickstartOptions):
         if self.filter_metric == "answer" and not self.filter_groups:
             raise ValueError("--filter-metric answer chooses what group filtering compares; it needs the filter on "
                              "(leave out --no-filter-groups)")
+        if self.start_from and Path(self.start_from).resolve() == Path(self.out).resolve():
+            raise ValueError(f"--start-from {self.start_from} is --out itself: pass a new --out (a rerun of the same "
+                             f"--out resumes it without --start-from)")
         if self.balance_positions and not self.frontier_questions:
             raise ValueError("--balance-positions balances the frontier questions GRPO trains on: it needs "
                              "--frontier-questions N (N >= 1)")

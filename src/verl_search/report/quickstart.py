@@ -66,7 +66,7 @@ def comparisons_table(comparisons: dict[str, dict]) -> str:
 
 
 def timings_table(stages: dict[str, dict]) -> str:
-    """Markdown: per stage and in all, wall seconds, CPU seconds (`pipeline.cpu_seconds`) and the
+    """Markdown: per stage and in all, wall seconds, CPU seconds (`quickstart.stages.cpu_seconds`) and the
     1-minute load average at the start and end of each attempt. `stages`: name -> `{"seconds",
     "cpu_seconds", "load"}`."""
     lines = ["| stage | wall s | CPU s | load (start -> end) |", "| --- | ---: | ---: | --- |"]
