@@ -219,7 +219,8 @@ def render(summary: dict) -> str:
     """`summarize`'s result as Markdown: per subset, each run against the cold start and its own control, each
     control against the cold start, then the runs pooled (F1 and EM), and the runs per arm for F1."""
     lines = [f"# {len(summary['runs'])} GRPO runs, {len(summary['controls'])} permuted-reward controls", "",
-             "Paired bootstrap over questions; over runs, a t interval (Welch's against the controls).", ""]
+             "Per question: paired bootstrap over questions; over runs: Student's t interval"
+             + (" (Welch's against the controls)." if summary["controls"] else "."), ""]
     for subset, by_key in summary["comparisons"].items():
         lines += [f"## {SUBSET_LABELS[subset].format(n=summary['subsets'][subset])}", "",
                   "| run | cold start -> GRPO F1 | its own control -> GRPO F1 | cold start -> control F1 |",
