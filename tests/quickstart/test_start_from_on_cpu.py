@@ -75,6 +75,19 @@ def test_a_rerun_resumes_and_copies_nothing(tmp_path):
     assert (out / "data" / "train.parquet").read_text() == "the repeat's"
 
 
+def test_a_copy_interrupted_before_its_records_is_made_again(tmp_path):
+    source, out = tmp_path / "study", tmp_path / "repeat"
+    finished_study(source)
+    repeat = dataclasses.replace(options(out), start_from=str(source))
+    start_from(source, out, Quickstart(repeat).stages(), repeat)
+    for record in (out / "stages").glob("*.json"):  # as if stopped before the records were written
+        record.unlink()
+    (out / "data" / "test.parquet").write_text("half writ")
+    assert start_from(source, out, Quickstart(repeat).stages(), repeat) == ["index", "data", "cold_start"]
+    assert (out / "data" / "test.parquet").read_text() == "test"
+    assert (out / "cold_start" / "hf" / "model.safetensors").read_text() == "weights"
+
+
 def test_other_options_before_grpo_are_refused_by_name(tmp_path):
     source, out = tmp_path / "study", tmp_path / "repeat"
     finished_study(source)

@@ -36,6 +36,10 @@ SKIPPED = ("ckpt",)
 
 
 def _copy_file(source: str, target: str) -> None:
+    if os.path.lexists(target):  # from an interrupted copy: made again (a link already made is kept)
+        if os.path.samefile(source, target):
+            return
+        os.remove(target)
     if source.endswith(".safetensors"):
         try:
             os.link(source, target)
