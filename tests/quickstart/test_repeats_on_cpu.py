@@ -48,6 +48,14 @@ def test_runs_are_compared_with_the_cold_start_their_own_control_and_the_control
     assert summary["comparisons"]["seen"]["f1"]["per_run"]["a"]["mean_diff"] == 1.0
 
 
+def test_questions_missing_from_an_evaluation_are_named_not_silently_dropped(tmp_path, caplog):
+    write(tmp_path / "a", "cold_start", [0.0, 0.0, 0.0])
+    write(tmp_path / "a", "grpo", [1.0, 0.0])  # unfinished: 2 of 3 questions
+    repeats = load_repeats([tmp_path / "a"])
+    assert repeats.ids == ["q0", "q1"]
+    assert "1 of the cold start's 3 questions are missing" in caplog.text
+
+
 def test_runs_per_arm_is_the_two_sample_t_tests():
     # one pooled SD apart: 17 per arm for 80% power at 0.05 (Cohen's tables; pwr.t.test gives 16.7)
     half = 0.5 ** 0.5

@@ -97,6 +97,9 @@ def load_repeats(folders: list[Path]) -> Repeats:
         ids &= records.keys()
     if not ids:
         raise ValueError("no question is in every evaluation: were the runs evaluated on the same test questions?")
+    if len(ids) < len(cold):
+        logger.warning("%d of the cold start's %d questions are missing from some evaluation (an unfinished one?): "
+                       "every comparison is on the %d in all", len(cold) - len(ids), len(cold), len(ids))
     return Repeats(cold, runs, controls, sorted(ids))
 
 
