@@ -284,11 +284,12 @@ def run_quickstart(options: QuickstartOptions) -> dict:
     run = Quickstart(options)
     options = run.options
     run.out.mkdir(parents=True, exist_ok=True)
+    stages = run.stages()
     if options.start_from:
         from verl_search.quickstart.reuse import start_from
 
-        start_from(Path(options.start_from), run.out, run.stages(), options)
-    timings = run_stages(run.stages(), options)
+        start_from(Path(options.start_from), run.out, stages, options)
+    timings = run_stages(stages, options)
     report = run.report(timings)
     logger.info("report written to %s", run.out / "report.md")
     if options.export:

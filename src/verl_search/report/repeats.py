@@ -172,7 +172,7 @@ def summarize(repeats: Repeats, samples: int = 10000, seed: int = 0) -> dict:
     paired_bootstrap, "over_runs": t_interval}, "runs_vs_controls": {"per_question", "over_runs":
     welch_interval, "runs_per_arm", "pooled_sd"}}}}}` (the last two only with runs and controls).
     """
-    runs, controls = list(repeats.runs.values()), list(repeats.controls.values())
+    cold, runs, controls = repeats.cold, list(repeats.runs.values()), list(repeats.controls.values())
     subsets = repeats.subsets()
     out = {"runs": list(repeats.runs), "controls": list(repeats.controls),
            "subsets": {name: len(ids) for name, ids in subsets.items()}, "comparisons": {}}
@@ -181,29 +181,30 @@ def summarize(repeats: Repeats, samples: int = 10000, seed: int = 0) -> dict:
             continue
         by_key = out["comparisons"][subset] = {}
         for key in KEYS:
-            def pair(before: dict, after: dict) -> dict:
-                return paired_bootstrap([before[i][key] for i in ids], [after[i][key] for i in ids], samples, seed)
+            def column(records: dict) -> list[float]:
+                return [records[i][key] for i in ids]
 
-            cold = repeats.cold
+            def pair(before: list[float], after: list[float]) -> dict:
+                return paired_bootstrap(before, after, samples, seed)
+
+            base = column(cold)
             entry = by_key[key] = {
-                "per_run": {name: pair(cold, run) for name, run in repeats.runs.items()},
-                "own_control": {name: pair(repeats.controls[name], run) for name, run in repeats.runs.items()
-                                if name in repeats.controls},
-                "controls": {name: pair(cold, control) for name, control in repeats.controls.items()}}
-            if runs:
-                entry["runs_vs_cold_start"] = {
-                    "per_question": paired_bootstrap([cold[i][key] for i in ids], per_question(runs, ids, key),
-                                                     samples, seed),
-                    "over_runs": t_interval(gains(cold, runs, ids, key))}
-            if runs and controls:
-                a, b = gains(cold, runs, ids, key), gains(cold, controls, ids, key)
-                entry["runs_vs_controls"] = {
-                    "per_question": paired_bootstrap(per_question(controls, ids, key), per_question(runs, ids, key),
-                                                     samples, seed),
-                    "over_runs": welch_interval(a, b)}
-                if len(a) + len(b) >= 3:
+                "per_run": {name: pair(base, column(run)) for name, run in repeats.runs.items()},
+                "own_control": {name: pair(column(repeats.controls[name]), column(run))
+                                for name, run in repeats.runs.items() if name in repeats.controls},
+                "controls": {name: pair(base, column(control)) for name, control in repeats.controls.items()}}
+            if not runs:
+                continue
+            run_means, run_gains = per_question(runs, ids, key), gains(cold, runs, ids, key)
+            entry["runs_vs_cold_start"] = {"per_question": pair(base, run_means),
+                                           "over_runs": t_interval(run_gains)}
+            if controls:
+                control_gains = gains(cold, controls, ids, key)
+                entry["runs_vs_controls"] = {"per_question": pair(per_question(controls, ids, key), run_means),
+                                             "over_runs": welch_interval(run_gains, control_gains)}
+                if len(run_gains) + len(control_gains) >= 3:
                     entry["runs_vs_controls"]["pooled_sd"], entry["runs_vs_controls"]["runs_per_arm"] = \
-                        runs_per_arm(a, b)
+                        runs_per_arm(run_gains, control_gains)
     return out
 
 
