@@ -85,8 +85,8 @@ def dense_subset_rows() -> list[int]:
 @contextlib.contextmanager
 def built_once(out: Path):
     """Yield True when the index folder `out` has no `manifest.json` yet (the caller builds it inside the block),
-    holding a file lock beside it for the block: the fast tier runs in two pytest-xdist workers that share
-    `VERL_SEARCH_TEST_CACHE`, and the second one to need an index waits for the first one's build instead of
+    holding a file lock beside it for the block: README's test command runs three pytest-xdist workers that share
+    `VERL_SEARCH_TEST_CACHE`, and the next one to need an index waits for the first one's build instead of
     building into the same folder."""
     from filelock import FileLock
 

@@ -8,6 +8,9 @@ import sys
 import threading
 import time
 
+import pytest
+
+from tests import trainer_runs
 from tests.trainer_runs import RAY_MEMORY_KILL, run_trainer
 from tests.waiting import wait_until
 
@@ -19,6 +22,13 @@ open(sys.argv[1], "w").write(str(child.pid))
 print(sys.argv[2], flush=True)
 time.sleep(60)
 """
+
+
+@pytest.fixture(autouse=True)
+def own_lock(tmp_path, monkeypatch):
+    """A lock file of this test's own: README's test command runs these tests beside the suite's trainer runs, whose
+    turn (the shared `TRAINER_LOCK`) they would otherwise wait for."""
+    monkeypatch.setattr(trainer_runs, "TRAINER_LOCK", tmp_path / "trainer.lock")
 
 
 def alive(pid: int) -> bool:

@@ -1,6 +1,6 @@
 """Waiting in tests: poll the condition itself until a deadline; never sleep a fixed time and assume
 that something happened meanwhile (a server is up, a request is in flight, a worker took a job, a node
-joined). A fixed sleep is flaky on a loaded machine (the fast tier runs in two pytest-xdist workers on
+joined). A fixed sleep is flaky on a loaded machine (the suite runs in three pytest-xdist workers on
 2 cores) and slow on an idle one; a poll returns as soon as the condition holds, and fails naming it.
 
 `wait_until` (a thread) and `wait_until_async` (an event loop: it yields between polls) call

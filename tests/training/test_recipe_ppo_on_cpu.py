@@ -1,7 +1,7 @@
 """The PPO Search-R1 recipe through verl's own trainer on the CPU, checked by every test of
 `test_recipes_on_cpu.py` (imported here, so pytest collects them in this module too, on this module's `run`; the
-tests of other recipes' behaviours skip). A module of its own so that README's slow step trains it in one worker
-while the other trains the GRPO recipes (tests/scheduling.py)."""
+tests of other recipes' behaviours skip). A module of its own so that README's test command fits its stand-in in one
+worker while another trains the GRPO recipes (tests/scheduling.py)."""
 
 from __future__ import annotations
 

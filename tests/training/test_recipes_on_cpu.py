@@ -125,9 +125,9 @@ RESUMED = {"grpo_search_r1"}
 """Recipes whose run is resumed for a third step, with `WITHOUT_SIGNAL`."""
 WITHOUT_SIGNAL = ("algorithm.filter_groups.max_num_gen_batches=2",
                   f"+trainer.v1.sampler.sampler_kwargs.{TRAIN_AT_LIMIT_KWARG}=true",
-                  f"reward.custom_reward_function.path={CONSTANT_REWARD}")
+                  f"reward.custom_reward_function.path={CONSTANT_REWARD}", "trainer.test_freq=-1")
 """The resumed run's control: a constant reward (score 0) leaves no group with signal; 2 generation batches at most,
-then the step trains on the groups at hand."""
+then the step trains on the groups at hand. No validation: the first run's is checked."""
 COMMON = (
     "data.max_prompt_length=1024", "actor_rollout_ref.rollout.prompt_length=1024",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
@@ -149,8 +149,8 @@ COMMON = (
 
 
 PPO_RUN = "ppo_search_r1"
-"""The run `test_recipe_ppo_on_cpu.py` makes (collecting this module's tests for it), so that README's slow step can
-train in both of its workers at once (tests/scheduling.py)."""
+"""The run `test_recipe_ppo_on_cpu.py` makes (collecting this module's tests for it), so that one pytest-xdist worker
+fits its stand-in while another trains (tests/scheduling.py)."""
 TRAINED_HERE = tuple(name for name in sorted(SETTINGS) if name != PPO_RUN)
 """The runs this module's `run` makes: every other one of `SETTINGS`."""
 
