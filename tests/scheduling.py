@@ -24,7 +24,7 @@ from __future__ import annotations
 import pytest
 
 FIRST = (
-    "training/test_recipes_on_cpu.py",  # the two GRPO recipes' runs and the resumed one: 830-1,250 s (docs/development.md)
+    "training/test_recipes_on_cpu.py",  # the GRPO recipes' runs and the resumed one: 830-1,250 s (docs/development.md)
     "training/test_recipe_ppo_on_cpu.py",  # the PPO recipe's run, with the same checks: 186-396 s
     "eval/test_eval_vllm_on_cpu.py",  # three models on one vLLM replica: 123-267 s
     "reliability/test_eval_resume_after_kill_on_cpu.py",

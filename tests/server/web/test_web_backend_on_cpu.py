@@ -126,8 +126,11 @@ def test_a_slow_upstream_ends_at_the_deadline_with_a_424(fake, web_server):
     started = time.monotonic()
     response = retrieve(web_server, {"queries": ["slow query"]})
     elapsed = time.monotonic() - started
-    assert response.status_code == 424 and elapsed < 3.0, (response.status_code, elapsed)
-    assert "did not answer in time" in response.json()["detail"]
+    assert response.status_code == 424 and "did not answer in time" in response.json()["detail"], response.text
+    # the 2 s request deadline ended it, not the retries running out: 1 s per attempt leaves room for 2 of the 4
+    # attempts (the first and 3 retries) the server makes without a deadline, which took 4.4 s. Its time is not
+    # bounded tighter: beside a trainer run and two other test workers the same answer took 3.5 s
+    assert fake.calls["slow query"] <= 2 and elapsed < 2 * fake.slow_seconds, (fake.calls["slow query"], elapsed)
 
 
 @pytest.mark.parametrize("misbehaviour, message", [("not json", "not JSON"), ("wrong json", '"organic" list')])
