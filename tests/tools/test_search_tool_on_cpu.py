@@ -126,7 +126,9 @@ def test_retries_stop_at_the_deadline(flaky_server):
     outcome = asyncio.run(client.search(["q"], config))
     assert not outcome.ok and outcome.error.startswith("timeout")
     assert 2 <= outcome.attempts < 50
-    assert time.monotonic() - started < 1.0 + 1.0  # bounded by the deadline (plus scheduling slack)
+    # bounded by the deadline, plus slack for a loaded machine (README's test command runs it beside a trainer run):
+    # without the deadline its 51 attempts of 0.3 s would take over 15 s
+    assert time.monotonic() - started < 1.0 + 3.0
 
 
 def test_unreachable_server_fails_fast_without_raising():
