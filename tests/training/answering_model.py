@@ -51,13 +51,16 @@ def rows(source_rows: list[dict], count: int) -> list[dict]:
 
 
 def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], protocol: str,
-                         tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0) -> Path:
-    """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `WEIGHTS`; returns `out`.
+                         tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0,
+                         weights: dict[str, float] | None = None) -> Path:
+    """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `weights` (default `WEIGHTS`); returns
+    `out`.
 
     200 steps, on the first prompt (search : right : wrong): tool protocol 0.30 : 0.37 : 0.18 on `tiny_qwen`,
     0.34 : 0.39 : 0.19 on `tiny_qwen_hd64`; Search-R1 protocol 0.39 : 0.39 : 0.20 on `tiny_qwen_hd64` (with the
     query inside `<search> ... </search>` on the tag's line it was 0.09 : 0.21 : 0.08: the tiny model did not
-    learn which tag a name follows two tokens back). After 100 steps the tool search (30 tokens) had 0.09.
+    learn which tag a name follows two tokens back). After 100 steps the tool search (30 tokens) had 0.09. With
+    weights 4 : 3 : 0 the tool protocol on `tiny_qwen` had 0.46 : 0.40 : 0.00.
 
     `out/fitted.json` holds each move's probability under the fitted model, per prompt.
     """
@@ -69,7 +72,7 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
     model = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
     moves = {name: tokenizer.encode(text, add_special_tokens=False) for name, text in MOVES[protocol].items()}
     names = list(moves)
-    weights = torch.tensor([float(WEIGHTS[name]) for name in names])
+    weights = torch.tensor([float((weights or WEIGHTS)[name]) for name in names])
     prompts = _prompts(tokenizer, source_rows, protocol, tool_schema)
 
     def log_probs(prompt: list[int]):
@@ -104,10 +107,11 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
 
 
 def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count: int,
-                           unanswerable: int = 0) -> tuple[Path, Path, Path]:
-    """(model fitted on the first 4 mini-wiki training rows' prompts, train parquet of the first `count` of those
-    rows, validation parquet of all 4), written under `folder`; every row's gold answer is `RIGHT`. With
-    `unanswerable`, the train parquet also holds that many of the following rows with gold `UNREACHABLE`.
+                           unanswerable: int = 0, weights: dict[str, float] = WEIGHTS) -> tuple[Path, Path, Path]:
+    """(model fitted on the first 4 mini-wiki training rows' prompts to `MOVES[protocol]` in `weights`, train
+    parquet of the first `count` of those rows, validation parquet of all 4), written under `folder`; every row's
+    gold answer is `RIGHT`. With `unanswerable`, the train parquet also holds that many of the following rows with
+    gold `UNREACHABLE`.
 
     The fit is seeded; with `VERL_SEARCH_TEST_CACHE` set (CI sets it for its whole run), a fitted model is kept
     there, keyed by the base model's config and everything the fit reads, and reused.
@@ -125,8 +129,9 @@ def fitted_answering_model(base_folder: Path, folder: Path, protocol: str, count
     write_parquet(source[:count] + unreachable, folder / "train.parquet")
     write_parquet(source, folder / "val.parquet")
     schema = yaml.safe_load(Path(config_path("tool")).read_text())["tools"][0]["tool_schema"]
-    fit = [protocol, MOVES[protocol], WEIGHTS, FIT_STEPS, source, schema,
+    fit = [protocol, MOVES[protocol], weights, FIT_STEPS, source, schema,
            json.loads((Path(base_folder) / "config.json").read_text())]
     model = cached_fit(f"answering_{protocol}", fit, folder / "model",
-                       lambda out: make_answering_model(base_folder, out, source, protocol, schema))
+                       lambda out: make_answering_model(base_folder, out, source, protocol, schema,
+                                                        weights=weights))
     return model, folder / "train.parquet", folder / "val.parquet"

