@@ -81,11 +81,13 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
         input_ids = torch.tensor([prompt + moves[n] + [0] * (width - len(moves[n])) for n in names])
         mask = torch.tensor([[1] * (len(prompt) + len(moves[n])) + [0] * (width - len(moves[n])) for n in names])
         hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
-        # the LM head (151k-token vocabulary) only where a move is predicted
-        logits = model.lm_head(hidden[:, len(prompt) - 1:-1]).log_softmax(-1)
-        targets = input_ids[:, len(prompt):]
-        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        return (picked * mask[:, len(prompt):]).sum(-1)
+        # the LM head (151k-token vocabulary) only where a move's token is predicted, not at the padding: 102
+        # against 195 ms a step (moves of 22, 9 and 9 tokens), the same sums to ~1e-7
+        valid = mask[:, len(prompt):].bool()
+        logits = model.lm_head(hidden[:, len(prompt) - 1:-1][valid]).log_softmax(-1)
+        picked = logits.gather(-1, input_ids[:, len(prompt):][valid].unsqueeze(-1)).squeeze(-1)
+        move = torch.arange(len(names)).unsqueeze(1).expand_as(valid)[valid]
+        return torch.zeros(len(names)).index_add(0, move, picked)
 
     # fused: one kernel over all parameters, 34 ms a step against 172 for the loop over them (the 151k-token
     # embedding is most of the model); the same update to ~1e-7 a step (fitted move probabilities within 0.007)
