@@ -40,8 +40,9 @@ SEED = 7
 DEAD_URL = "http://127.0.0.1:9/retrieve"  # the discard port: nothing listens, every search fails at once
 MOVE_WEIGHTS = {"search": 4, "right": 3, "wrong": 0}
 """The stand-in's fit (`answering_model.WEIGHTS` otherwise): 0.46 a search, 0.40 the right answer, the rest noise.
-A group of 6 right answers (9 tokens each), the kind that finishes before any group with a search, comes
-0.40 ** 6 = 0.4% of the time; the step trains no search only if 2 of its 4 groups hold none."""
+The step trains no search only if 2 of its 4 groups hold none: a group of 6 holds none 0.54 ** 6 = 2.5% of the
+time, so at most 6 x 0.025 ** 2 = 0.4% of the runs (with the shared weights 0.69 ** 6 = 11% and 7%), fewer since a
+group without a search finishes first only if its noise ends early (6 right answers of 9 tokens: 0.40 ** 6 = 0.4%)."""
 RESPONSE_LENGTH = 48
 """Tokens: a search (22) and its observation leave no room for a second turn, so a search finishes no later
 than noise (which runs to this limit); an answer takes 9."""
