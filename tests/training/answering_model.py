@@ -52,9 +52,8 @@ def rows(source_rows: list[dict], count: int) -> list[dict]:
 
 def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], protocol: str,
                          tool_schema: dict | None = None, steps: int = FIT_STEPS, seed: int = 0,
-                         weights: dict[str, float] | None = None) -> Path:
-    """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `weights` (default `WEIGHTS`); returns
-    `out`.
+                         weights: dict[str, float] = WEIGHTS) -> Path:
+    """Copy of the tiny model at `base_folder` fitted to `MOVES[protocol]` in `weights`; returns `out`.
 
     200 steps, on the first prompt (search : right : wrong): tool protocol 0.30 : 0.37 : 0.18 on `tiny_qwen`,
     0.34 : 0.39 : 0.19 on `tiny_qwen_hd64`; Search-R1 protocol 0.39 : 0.39 : 0.20 on `tiny_qwen_hd64` (with the
@@ -72,7 +71,7 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
     model = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
     moves = {name: tokenizer.encode(text, add_special_tokens=False) for name, text in MOVES[protocol].items()}
     names = list(moves)
-    weights = torch.tensor([float((weights or WEIGHTS)[name]) for name in names])
+    move_weights = torch.tensor([float(weights[name]) for name in names])
     prompts = _prompts(tokenizer, source_rows, protocol, tool_schema)
 
     def log_probs(prompt: list[int]):
@@ -95,7 +94,7 @@ def make_answering_model(base_folder: Path, out: Path, source_rows: list[dict], 
     model.train()
     for step in range(steps):
         # the mixture's likelihood: every move of one prompt in each step, so no move is the last one seen
-        loss = -(weights * log_probs(prompts[step % len(prompts)])).sum() / weights.sum()
+        loss = -(move_weights * log_probs(prompts[step % len(prompts)])).sum() / move_weights.sum()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
