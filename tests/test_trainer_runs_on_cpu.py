@@ -27,8 +27,8 @@ time.sleep(60)
 @pytest.fixture(autouse=True)
 def own_lock(tmp_path, monkeypatch):
     """A lock file of this test's own: README's test command runs these tests beside the suite's trainer runs, whose
-    turn (the shared `TRAINER_LOCK`) they would otherwise wait for."""
-    monkeypatch.setattr(trainer_runs, "TRAINER_LOCK", tmp_path / "trainer.lock")
+    turn (the shared `ENGINE_LOCK`) they would otherwise wait for."""
+    monkeypatch.setattr(trainer_runs, "ENGINE_LOCK", tmp_path / "trainer.lock")
 
 
 def alive(pid: int) -> bool:
@@ -84,9 +84,9 @@ def test_runs_take_turns(tmp_path):
 
 
 def test_a_run_that_trains_nothing_does_not_wait_for_the_turn(tmp_path):
-    from tests.trainer_runs import one_trainer_at_a_time
+    from tests.trainer_runs import one_engine_at_a_time
 
-    with one_trainer_at_a_time():  # a trainer run holds the turn
+    with one_engine_at_a_time():  # a trainer run holds the turn
         code, log = run_trainer([sys.executable, "-c", "print('exported')"], dict(os.environ), tmp_path,
                                 tmp_path / "export.log", timeout=30, take_turn=False)
     assert code == 0 and log == "exported\n"

