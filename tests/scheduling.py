@@ -6,16 +6,15 @@ the order `order_and_mark` leaves them), then the `timed` ones in one process. `
 time or load the cores (`TIMED_MODULES`): they run alone. Every test process runs with `OMP_WAIT_POLICY=PASSIVE`
 (tests/conftest.py), so the workers share the cores when more than one computes.
 
-Trainer runs (verl's `main_ppo`, the quickstart's stages) and the vLLM engines of the evaluation and judge tests do not
-run side by side: they take turns through `tests/trainer_runs.py`'s lock, since two of them do not fit in the
-machine's memory. They are the suite's critical
-path (about 1,300 s of runs one after the other on 2 cores), and a trainer spends its first two minutes starting Ray,
-vLLM and FSDP on about one core: the third worker fills that core. So `FIRST` hands out the GRPO
-recipes' and the PPO recipe's modules first (each fits its stand-in, then waits for its turn: one fits while the
-other trains), then the modules that run vLLM, then the transformers fallback's run (handed out with the first
-two, it would leave the third worker waiting for its turn as well); every other module follows in pytest's order,
-taken by whichever worker is free. A worker whose module waits for the lock takes no other module
-meanwhile (pytest-xdist hands a worker more once at most 2 of its tests are pending); the others go on.
+Trainer runs (verl's `main_ppo`, the quickstart's stages) and the vLLM evaluation's replica do not run side by
+side: they take turns through `tests/trainer_runs.py`'s lock, since two of them do not fit in the machine's memory.
+They are the suite's critical path (about 1,300 s of runs one after the other on 2 cores), and a trainer spends its
+first two minutes starting Ray, vLLM and FSDP on about one core: the third worker fills that core. So `FIRST` hands
+out the GRPO recipes' and the PPO recipe's modules first (each fits its stand-in, then waits for its turn: one fits
+while the other trains), then the modules that run vLLM, then the transformers fallback's run (handed out with the
+first two, it would leave the third worker waiting for its turn as well); every other module follows in pytest's
+order, taken by whichever worker is free. A worker whose module waits for the lock takes no other module meanwhile
+(pytest-xdist hands a worker more once at most 2 of its tests are pending); the others go on.
 (`--dist loadgroup`, which could group tests across modules, does not group with pytest 9.2: pytest-xdist 3.8.0
 writes the group into `item._nodeid`, which pytest 9.2 no longer reads.)
 """

@@ -12,8 +12,9 @@ a third worker's test, memory in use passed Ray's threshold (24.0 GB) and Ray ki
 2026-11-30). So:
 
 * `one_engine_at_a_time` holds a file lock in the system's temporary folder for the length of the run: another
-  worker's trainer run waits for it, and so do the vLLM engines tests start (`eval/test_eval_vllm_on_cpu.py`'s
-  replica, `eval/test_judge_on_cpu.py`'s server); the workers' other tests go on beside the lock's holder;
+  worker's trainer run waits for it, and so does `eval/test_eval_vllm_on_cpu.py`'s replica; the workers' other
+  tests go on beside the lock's holder (`eval/test_judge_on_cpu.py`'s vLLM server among them: 3.3 GB in use with
+  its 256 MiB of KV cache);
 * `run_trainer` stops at once, with Ray's message in the log it returns, when Ray reports workers killed for
   memory, and ends the whole process group (the trainer's Ray cluster included) on that or on its timeout.
 """

