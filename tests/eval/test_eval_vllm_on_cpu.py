@@ -13,7 +13,6 @@ installed."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
@@ -36,7 +35,7 @@ def test_search_r1_turns_stop_at_the_closing_tag_and_resume_after_the_observatio
         tmp_path, tiny_qwen_hd64, bm25_server, monkeypatch):
     from verl_search.datasets.preprocess import Source, build_rows
     from verl_search.eval.harness import EvalOptions, run_evals
-    from tests.trainer_runs import KVCACHE_GIB, one_engine_at_a_time
+    from tests.trainer_runs import kvcache_gib, one_engine_at_a_time
     from tests.training.searching_model import fitted_searching_model
 
     rows = build_rows([Source.parse(str(MINI_QA))], "test", "search_r1", max_per_source=2, seed=0)
@@ -45,7 +44,7 @@ def test_search_r1_turns_stop_at_the_closing_tag_and_resume_after_the_observatio
                     batch_size=3, max_turns=2, max_tokens_per_turn=24, response_length=1024)
     runs = {"random": tiny_qwen_hd64, "fitted": fitted, "random_again": tiny_qwen_hd64}
     # the 3 x 1,024 tokens fit many times over
-    monkeypatch.setenv(vllm_cpu.KVCACHE_ENV, os.environ.get(vllm_cpu.KVCACHE_ENV, KVCACHE_GIB))
+    monkeypatch.setenv(vllm_cpu.KVCACHE_ENV, kvcache_gib())
     with one_engine_at_a_time():
         started = time.perf_counter()
         summaries = run_evals([EvalOptions(out=str(tmp_path / name), model=str(model), **settings)

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.trainer_runs import KVCACHE_GIB, run_trainer
+from tests.trainer_runs import kvcache_gib, run_trainer
 from tests.training.probe import PROBE_ENV, PROBE_TRAINER
 from tests.training.recorder import RECORD_ENV
 
@@ -79,7 +79,7 @@ def train(recipe: Path, model: Path, train_file: Path, val_file: Path, url: str,
            # the probe trainer registers itself in every verl process, after the CPU plugin
            "VERL_USE_EXTERNAL_MODULES": f"{PLUGIN_MODULE},tests.training.probe",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "RAY_DEDUP_LOGS": "0", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB)}
+           "RAY_DEDUP_LOGS": "0", "VLLM_CPU_KVCACHE_SPACE": kvcache_gib()}
     code, log = run_trainer(command, env, out, out / f"train_{steps}.log", TIMEOUT)
     by_step: dict[int, dict] = {}
     if metrics.is_file():
