@@ -175,11 +175,13 @@ def _timed(run, reps: int, sync) -> float:
 
 
 def encoder(args) -> None:
-    """The query encoder as `serve` builds it on `--device`: its precision, forward size, queries/s per batch size,
-    and where a batch's milliseconds go: sentence-transformers' tokenization (`tokenize`), the Rust tokenizer's own
+    """The query encoder as `serve` builds it on `--device`: its precision, forward size, queries/s per batch size
+    (`encode`, and `encode_eager` without CUDA graphs), whether its CUDA graphs stayed on, how many were captured and
+    their vectors' lowest cosine to the eager encoder's over all questions, and where a batch's milliseconds go: sentence-transformers' tokenization (`tokenize`), the Rust tokenizer's own
     `encode_batch` (`rust_tokenize`; parallel unless TOKENIZERS_PARALLELISM is false), the forward pass over tensors
     already on the device (`forward`), the same forward replayed as a CUDA graph (`forward_graph`, on CUDA; the
     error where capture fails), and the whole `encode_queries` (`encode`)."""
+    import numpy as np
     import sentence_transformers
     import torch
     import transformers
@@ -187,6 +189,7 @@ def encoder(args) -> None:
     from verl_search.retrieval.encoder import SentenceEncoder
 
     model = SentenceEncoder(args.model, device=args.device)
+    eager = SentenceEncoder(args.model, device=args.device, cuda_graphs=False)
     st = model._model
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     questions = json.loads(Path(args.questions).read_text())
@@ -199,6 +202,7 @@ def encoder(args) -> None:
     for batch in args.batches:
         texts = (questions * (batch // len(questions) + 1))[:batch]
         seconds = _timed(lambda: model.encode_queries(texts), args.reps, sync)
+        eager_seconds = _timed(lambda: eager.encode_queries(texts), args.reps, sync)
         record[f"b{batch}_qps"] = round(batch / seconds)
         features = {name: value.to(st.device) if isinstance(value, torch.Tensor) else value
                     for name, value in st.preprocess(texts).items()}
@@ -209,12 +213,18 @@ def encoder(args) -> None:
 
         record[f"b{batch}_ms"] = {
             "encode": round(1e3 * seconds, 2),
+            "encode_eager": round(1e3 * eager_seconds, 2),
             "tokenize": round(1e3 * _timed(lambda: st.preprocess(texts), args.reps, sync), 2),
             "rust_tokenize": round(1e3 * _timed(lambda: st.tokenizer.backend_tokenizer.encode_batch(texts), args.reps,
                                                 sync), 2),
             "forward": round(1e3 * _timed(forward, args.reps, sync), 2),
             "tokens": int(features["input_ids"].shape[1])}
         forwards[batch] = forward
+    graphs = model._graphs
+    record["cuda_graphs"] = None if graphs is None else {"enabled": graphs.enabled, "captured": len(graphs._graphs)}
+    if graphs is not None:
+        same = np.concatenate([model.encode_queries(questions[i:i + 7]) for i in range(0, len(questions), 7)])
+        record["cuda_graphs"]["lowest_cosine_to_eager"] = round(float((same * eager.encode_queries(questions)).sum(1).min()), 5)
     for batch, forward in forwards.items() if st.device.type == "cuda" else ():  # last: a failed capture can
         record[f"b{batch}_ms"]["forward_graph"] = _graph_ms(forward, args.reps, sync)  # leave CUDA unusable
     emit(record)

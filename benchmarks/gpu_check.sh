@@ -15,7 +15,9 @@
 #   4. the query encoder as serve builds it (precision, forward size, q/s at 1/64/256/512 queries);
 #   5. the torch backend at 21,015,324 x 768 fp16 (wiki-18 with e5-base, random vectors): ms per search of
 #      1/64/256/512 queries, top 3, beside a plain topk(q @ X.T) (target: 512 queries <= 200 ms).
-# A server that exits, or is not ready within WAIT_S seconds, fails the script at once with its log's tail.
+# A server that exits, or is not ready within WAIT_S seconds, fails the script at once with its log's tail. Where
+# py-spy is there (carried, or PYSPY), the first 256-client round of each of our servers is profiled into
+# $OUT/spy_NAME.txt (raw stacks of all its processes and threads, 100 Hz).
 #
 #   bash benchmarks/gpu_check.sh                 # on the device machine, from the repository root; $OUT gets logs
 #   GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh # CPU smoke test on a tiny scale, in the current environment
@@ -70,6 +72,7 @@ if [ -z "${WRK:-}" ]; then
   fi
 fi
 export WRK
+PYSPY=${PYSPY-$(ls "$WORK/site/bin/py-spy" 2> /dev/null || command -v py-spy || true)}  # PYSPY= turns the profiles off
 "$WRK" -v 2>&1 | head -1
 $PY - <<'EOF' || fail "a module is missing (see above): add its wheel to prepare_gpu_check.sh"
 import importlib, torch
@@ -137,8 +140,15 @@ if wants serve; then
   done
   for round in $(seq 1 "$ROUNDS256"); do
     for name in $([ $((round % 2)) = 1 ] && echo "$ALL" || echo "$ALL" | tr ' ' '\n' | tac); do
+      spy=
+      if [ -n "$PYSPY" ] && [ "$round" = 1 ] && [ "$name" != peer ]; then  # where the server's processes spend the load
+        (sleep 1; timeout $((SECS256 + 20)) "$PYSPY" record --pid "${PID[$name]}" --subprocesses --threads --nonblocking \
+          -r 100 -d $((SECS256 - 2)) -f raw -o "$OUT/spy_$name.txt" > "$OUT/spy_$name.log" 2>&1) &
+        spy=$!
+      fi
       helper load "http://127.0.0.1:${PORT[$name]}" --bodies "$WORK/bodies_1.jsonl" --lua "$WORK/bodies.lua" \
         --clients "$CLIENTS" --threads 4 --seconds "$SECS256" --label "$name c$CLIENTS r$round" || fail "wrk against $name"
+      [ -n "$spy" ] && wait "$spy"
       alive $name
       sleep "$PAUSE"
     done

@@ -18,7 +18,7 @@ GC_DIR=${GC_DIR:-$REPO/build/gpu-check}
 PYVERS=${PYVERS:-3.12 3.11}
 PY=${PY:-python3}
 PACKAGES=${PACKAGES:-"faiss-cpu fastapi starlette pydantic pydantic-core annotated-types typing-inspection uvicorn orjson
-  bm25s PyStemmer opentelemetry-api"}
+  bm25s PyStemmer opentelemetry-api py-spy"}
 mkdir -p "$GC_DIR/deb"
 pinned=()
 for name in $PACKAGES; do

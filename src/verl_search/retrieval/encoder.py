@@ -193,6 +193,8 @@ class SentenceEncoder:
         precision: torch backend: `"float32"`, `"float16"` or `"bfloat16"` weights and activations (default
             `device_runtime(device)`: fp16 on CUDA, fp32 elsewhere); the other backends run in float32 only.
             The loader checks a half-precision encoder against the index (`dense.verify_encoder`).
+        cuda_graphs: torch on CUDA: replay the queries' forward pass as CUDA graphs, one per padded shape, each
+            checked against the eager pass when captured (`retrieval.cuda_graphs`; default True). Ignored elsewhere.
         calibration: passage texts that calibrate the `"openvino-int8"` quantiser (required there,
             ignored by the other backends), e.g. `quantize.calibration_passages(corpus)`; the
             passage prefix is put before them.
@@ -219,6 +221,7 @@ class SentenceEncoder:
         threads: int | None = None,
         calibration: Sequence[str] | None = None,
         precision: str | None = None,
+        cuda_graphs: bool = True,
     ):
         folder = Path(path)
         if not folder.is_dir():
@@ -276,11 +279,17 @@ class SentenceEncoder:
         self.max_length = self._model.max_seq_length
         self.dim = int(self._model.get_embedding_dimension())
         self._rust = None  # torch: the Rust tokenizer called directly where it gives preprocess's exact features
+        self._graphs = None  # torch on CUDA: the query forward as CUDA graphs (`cuda_graphs.GraphedForward`)
         if backend == "torch":
             from verl_search.retrieval.query_features import RustFeatures
 
             self._rust = RustFeatures.for_model(self._model, self.max_length,
                                                 list(dict.fromkeys([self.query_prefix, self.passage_prefix])))
+            if self._model.device.type == "cuda" and cuda_graphs:
+                from verl_search.retrieval.cuda_graphs import GraphedForward
+
+                pad_id = self._model.tokenizer.pad_token_id or 0
+                self._graphs = GraphedForward(self._device_forward, self._model.device, pad_id, self.max_length)
 
     def set_precision(self, precision: str) -> None:
         """Run the torch model in `precision` (a `PRECISIONS` name) from now on (`dense.verify_encoder` puts a
@@ -294,6 +303,8 @@ class SentenceEncoder:
         if precision != self.precision:
             import torch
 
+            if getattr(self, "_graphs", None) is not None:  # the graphs read the old weights
+                self._graphs.clear()
             self._model.to(getattr(torch, precision))
             logger.info("query encoder on %s in %s", self._model.device, precision)
         self.precision = precision
@@ -309,9 +320,11 @@ class SentenceEncoder:
         return EncoderSettings(self.path, self.query_prefix, self.passage_prefix, self.normalize, self.max_length,
                                self.backend)
 
-    def _encode(self, texts: list[str], prefix: str, batch_size: int, show_progress: bool = False) -> np.ndarray:
+    def _encode(self, texts: list[str], prefix: str, batch_size: int, show_progress: bool = False,
+                graphs=None) -> np.ndarray:
         """Vectors of `prefix + text`, shape `(len(texts), dim)`, float32, in sub-batches of at most `batch_size`
-        texts of similar length in *tokens* (`length_groups`), spread over the workers if there are any."""
+        texts of similar length in *tokens* (`length_groups`), spread over the workers if there are any; `graphs`:
+        see `_forward`."""
         if self._workers is not None:  # one sub-batch per worker at least
             batch_size = max(1, min(batch_size, -(-len(texts) // self._worker_count)))
         if len(texts) <= batch_size:
@@ -329,7 +342,7 @@ class SentenceEncoder:
             for rows in groups:
                 chunk = [texts[i] for i in rows]
                 if self.backend == "torch":
-                    vectors[rows] = self._forward(self._features(chunk, prefix))
+                    vectors[rows] = self._forward(self._features(chunk, prefix), graphs)
                 else:
                     vectors[rows] = self._model.encode(chunk, prompt=prefix or None, batch_size=batch_size,
                                                        normalize_embeddings=self.normalize, convert_to_numpy=True,
@@ -367,23 +380,30 @@ class SentenceEncoder:
             return self._rust(texts, prefix)
         return self._model.preprocess(texts, prompt=prefix or None)
 
-    def _forward(self, features: dict) -> np.ndarray:
+    def _forward(self, features: dict, graphs=None) -> np.ndarray:
         """One forward pass over tokenized `features` (`_features`), as sentence-transformers' `encode` runs it (its
-        tensors moved to the model's device): shape `(batch, dim)`, float32, L2-normalised if `normalize`."""
+        tensors moved to the model's device), replayed from `graphs` (a `cuda_graphs.GraphedForward`) where given and
+        it takes the shape: shape `(batch, dim)`, float32, L2-normalised if `normalize`."""
         import torch
 
-        device = self._model.device
-        features = {name: value.to(device) if isinstance(value, torch.Tensor) else value
-                    for name, value in features.items()}
         with torch.inference_mode():
-            vectors = self._model(features)["sentence_embedding"]
-            if self.normalize:
-                vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
-        return vectors.float().cpu().numpy()
+            vectors = graphs(features) if graphs is not None else None
+            if vectors is None:
+                device = self._model.device
+                vectors = self._device_forward({name: value.to(device) if isinstance(value, torch.Tensor) else value
+                                                for name, value in features.items()})
+            return vectors.float().cpu().numpy()
+
+    def _device_forward(self, features: dict):
+        """The model and the normalisation over features already on its device: a `(batch, dim)` tensor there."""
+        import torch
+
+        vectors = self._model(features)["sentence_embedding"]
+        return torch.nn.functional.normalize(vectors, p=2, dim=1) if self.normalize else vectors
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """Vectors for `queries` (with `query_prefix`), shape `(len(queries), dim)`, float32."""
-        return self._encode(queries, self.query_prefix, self.query_batch_size)
+        return self._encode(queries, self.query_prefix, self.query_batch_size, graphs=self._graphs)
 
     def encode_passages(self, passages: list[str], show_progress: bool = False) -> np.ndarray:
         """Vectors for passage `contents` (with `passage_prefix`), shape `(len(passages), dim)`."""
