@@ -176,7 +176,8 @@ def _timed(run, reps: int, sync) -> float:
 
 def encoder(args) -> None:
     """The query encoder as `serve` builds it on `--device`: its precision, forward size, queries/s per batch size
-    (`encode`, and `encode_eager` without CUDA graphs), whether its CUDA graphs stayed on, how many were captured and
+    (`encode`, and `encode_eager` without CUDA graphs), its graphs' warm-up (count, seconds, GPU memory reserved),
+    whether its CUDA graphs stayed on, how many were captured and
     their vectors' lowest cosine to the eager encoder's over all questions, and where a batch's milliseconds go: sentence-transformers' tokenization (`tokenize`), the Rust tokenizer's own
     `encode_batch` (`rust_tokenize`; parallel unless TOKENIZERS_PARALLELISM is false), the forward pass over tensors
     already on the device (`forward`), the same forward replayed as a CUDA graph (`forward_graph`, on CUDA; the
@@ -198,6 +199,11 @@ def encoder(args) -> None:
               "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM", ""),
               "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                            "sentence_transformers": sentence_transformers.__version__}}
+    cuda = st.device.type == "cuda"
+    started, reserved = time.perf_counter(), torch.cuda.memory_reserved() if cuda else 0
+    held = model.warm_up()
+    record["warm_up"] = {"graphs": held, "seconds": round(time.perf_counter() - started, 2),
+                         "reserved_mb": round(((torch.cuda.memory_reserved() if cuda else 0) - reserved) / 2**20)}
     forwards = {}
     for batch in args.batches:
         texts = (questions * (batch // len(questions) + 1))[:batch]

@@ -67,3 +67,23 @@ def test_long_or_large_batches_are_not_graphed(encoder):
 
 def test_the_encoder_graphs_queries_on_cuda_only(encoder):
     assert encoder._graphs is None  # on the CPU the forward runs eagerly
+
+
+def test_the_warm_up_asks_for_every_usual_bucket_with_real_tokenized_batches(encoder):
+    class Recording(GraphedForward):  # records what a capture would be asked for (capturing needs a GPU)
+        def __call__(self, features):
+            batch, longest = features["input_ids"].shape
+            self.asked.append((bucket(batch), bucket(longest + 1, MIN_TOKENS), longest))
+            return None
+
+    graphs = Recording(encoder._device_forward, torch.device("cpu"), 0, encoder.max_length, max_tokens=4096)
+    graphs.asked = []
+    graphs.warm_up(lambda texts: encoder._features(texts, encoder.query_prefix), max_queries=64)
+    expected = [(q, t, t - 1) for t in (16, 32, 64) for q in (1, 2, 4, 8, 16, 32, 64) if q * t <= 4096]
+    assert graphs.asked == expected  # every row one token short of its bucket: the bucket is exactly t tokens
+
+
+def test_a_warm_up_whose_capture_fails_stops_at_once(encoder):
+    graphs = GraphedForward(encoder._device_forward, torch.device("cpu"), 0, encoder.max_length)
+    assert graphs.warm_up(lambda texts: encoder._features(texts, encoder.query_prefix), max_queries=512) == 0
+    assert not graphs.enabled

@@ -10,15 +10,22 @@ HTTP handling needs.
 of tokens (at least 16, always more than the longest query, so that every row has a padded position and the captured
 attention takes the masked path whatever the batch holds). Each bucket is captured once, on first use (PyTorch's
 `torch.cuda.graph`, after warm-up passes on a side stream, as PyTorch's CUDA graphs notes do), then replayed with the
-batch copied into its static input tensors. A new capture is checked against the eager forward on the batch that
+batch copied into its static input tensors. `warm_up` captures the usual shapes when the index loads (each
+capture took 150-270 ms on an H200, which a request would otherwise wait for). A new capture is checked against the eager forward on the batch that
 caused it (lowest cosine >= `MIN_COSINE`); one that fails or raises turns the graphs off for good (logged) and the
 encoder runs eagerly. Shapes beyond `max_tokens` (queries x tokens per bucket) or `max_graphs` run eagerly: there
 the launches are a small part of the pass.
+
+All graphs share one memory pool (`torch.cuda.graph_pool_handle`), so that their intermediates take the memory of
+the largest, not the sum. That is safe because they are never replayed concurrently and a graph's inputs and output
+are used only between the copy into its inputs and the copy of its output out of it (`GraphedForward.__call__`, from
+one thread: the server's batch worker).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +33,9 @@ logger = logging.getLogger(__name__)
 MIN_COSINE = 0.999
 #: fewest tokens a bucket pads to
 MIN_TOKENS = 16
+#: token buckets `GraphedForward.warm_up` captures for every query bucket (questions of up to 63 tokens, prefix and
+#: special tokens included); a longer batch's graph is captured on first use
+WARM_TOKENS = (16, 32, 64)
 
 
 def bucket(n: int, least: int = 1) -> int:
@@ -90,11 +100,39 @@ class GraphedForward:
         self.max_tokens = max_tokens
         self.max_graphs = max_graphs
         self.enabled = True
-        self._graphs: dict[tuple[int, int], tuple] = {}  # (queries, tokens) -> (graph, static inputs, static output)
+        self._graphs: dict[tuple, tuple] = {}  # (queries, tokens, extras) -> (graph, static inputs, static output)
+        self._pool = None  # the graphs' shared memory pool, made at the first capture
 
     def clear(self) -> None:
         """Drop every captured graph (the model's weights moved, e.g. to another precision)."""
         self._graphs.clear()
+        self._pool = None
+
+    def warm_up(self, features_of, max_queries: int, lengths=WARM_TOKENS) -> int:
+        """Capture, now, the graph of every bucket of 1, 2, 4, ... `max_queries` queries and each of `lengths` tokens
+        that the limits allow, from batches of one repeated text `features_of(texts)` tokenizes to `tokens - 1`
+        tokens (the real path: the encoder's own tokenization, the check against the eager forward). Returns the
+        number of graphs held afterwards; stops early where a capture fails (the graphs are then off)."""
+        import torch
+
+        def reserved() -> int:
+            return torch.cuda.memory_reserved(self.device) if torch.device(self.device).type == "cuda" else 0
+
+        started, before = time.perf_counter(), reserved()
+        overhead = features_of(["word"])["input_ids"].shape[1] - 1  # special tokens and the prefix
+        with torch.inference_mode():
+            for tokens in lengths:
+                text = " ".join(["word"] * (tokens - 1 - overhead))
+                if tokens - 1 - overhead < 1 or tokens > self.max_length or features_of([text])["input_ids"].shape[1] != tokens - 1:
+                    continue
+                queries = 1
+                while queries <= max_queries and self.enabled and queries * tokens <= self.max_tokens:
+                    self(features_of([text] * queries))
+                    queries *= 2
+        logger.info("query encoder: %d CUDA graphs held after %.1f s of capture (GPU memory reserved %+.0f MB)",
+                    len(self._graphs), time.perf_counter() - started,
+                    (reserved() - before) / 2**20)
+        return len(self._graphs)
 
     def __call__(self, features: dict):
         import torch
@@ -134,7 +172,9 @@ class GraphedForward:
                     self.forward({**inputs, **extras})
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self._pool):
                 output = self.forward({**inputs, **extras})
             graph.replay()
             batch = features["input_ids"].shape[0]

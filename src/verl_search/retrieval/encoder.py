@@ -405,6 +405,13 @@ class SentenceEncoder:
         """Vectors for `queries` (with `query_prefix`), shape `(len(queries), dim)`, float32."""
         return self._encode(queries, self.query_prefix, self.query_batch_size, graphs=self._graphs)
 
+    def warm_up(self) -> int:
+        """Capture the queries' CUDA graphs of the usual shapes now (`cuda_graphs.GraphedForward.warm_up`), so that no
+        request waits for a capture; returns the number held (0 without graphs: off, or not on CUDA)."""
+        if self._graphs is None:
+            return 0
+        return self._graphs.warm_up(lambda texts: self._features(texts, self.query_prefix), self.query_batch_size)
+
     def encode_passages(self, passages: list[str], show_progress: bool = False) -> np.ndarray:
         """Vectors for passage `contents` (with `passage_prefix`), shape `(len(passages), dim)`."""
         return self._encode(passages, self.passage_prefix, self.batch_size, show_progress)

@@ -222,9 +222,11 @@ class IndexSpec:
                 search_shards = ShardedDenseRetriever.in_process(local)
             if encoder.backend != built_with or encoder.precision != "float32":  # shard 0 holds the first rows
                 verify_encoder((local[0] if local else self.load_shard(0)).index, encoder, corpus, built_with)
+            encoder.warm_up()
             return ShardedDenseRetriever(encoder, corpus, search_shards, self.shards)
         faiss_file = self.index_path / FAISS_NAME if self.index_path.is_dir() else self.index_path
         index = self.open_vectors(faiss_file, before_move=lambda loaded: verify_encoder(loaded, encoder, corpus, built_with))
+        encoder.warm_up()  # CUDA graphs for the usual query shapes, after the check that may change the precision
         return DenseRetriever(index, encoder, corpus)
 
 
