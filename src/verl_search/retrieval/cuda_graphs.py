@@ -129,6 +129,8 @@ class GraphedForward:
                 while queries <= max_queries and self.enabled and queries * tokens <= self.max_tokens:
                     self(features_of([text] * queries))
                     queries *= 2
+        if torch.device(self.device).type == "cuda":  # the eager passes' blocks, cached by the allocator, go back
+            torch.cuda.empty_cache()
         logger.info("query encoder: %d CUDA graphs held after %.1f s of capture (GPU memory reserved %+.0f MB)",
                     len(self._graphs), time.perf_counter() - started,
                     (reserved() - before) / 2**20)

@@ -60,6 +60,7 @@ class IndexSpec:
         use_gpu: `None` = GPUs when faiss sees some (see `load_faiss_index`).
         encoder_threads: CPU threads of the query encoder (`SentenceEncoder(threads=...)`;
             default the runtime's own).
+        cuda_graphs: the query encoder's CUDA graphs on CUDA (`SentenceEncoder(cuda_graphs=...)`; default True).
         hybrid: how a hybrid index fuses (default `HybridOptions()`).
         rerank: the rerank stage (`None`, or no `rerank.reranker`: none).
         search_backend: dense: `"faiss"` (default: `load_faiss_index`, on faiss's GPUs when it sees some) or
@@ -75,6 +76,7 @@ class IndexSpec:
     manifest: Manifest | None = None
     use_gpu: bool | None = None
     encoder_threads: int | None = None
+    cuda_graphs: bool = True
     hybrid: HybridOptions | None = None
     rerank: RerankOptions | None = None
     search_backend: str = "faiss"
@@ -133,7 +135,8 @@ class IndexSpec:
             from verl_search.retrieval.quantize import calibration_passages
 
             calibration = calibration_passages(corpus if corpus is not None else self.load_corpus())
-        return SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads, calibration=calibration)
+        return SentenceEncoder.from_settings(self.encoder, threads=self.encoder_threads, calibration=calibration,
+                                             cuda_graphs=self.cuda_graphs)
 
     def load_shard(self, shard: int):
         """Shard `shard` of a sharded dense index, as a `retrieval.shards.ShardIndex` (faiss on the GPUs
