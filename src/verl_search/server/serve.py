@@ -62,7 +62,7 @@ class ServeOptions:
             (default 1: this process answers HTTP itself; `server.workers`). >= 1.
         cuda_graphs: dense, torch encoder on CUDA: replay the query encoder's forward pass as CUDA graphs, the usual
             shapes captured at load (default on; `retrieval.cuda_graphs`; MiniLM's 30 graphs: 4-5 s and about
-            1.8 GB of GPU memory on an H200).
+            1.4 GB of GPU memory on an H200).
     """
 
     index: str | None = field(default=None, metadata={
