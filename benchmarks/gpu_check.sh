@@ -96,7 +96,7 @@ if wants serve; then
   PEER_SCRIPT=${PEER_SCRIPT:-$GC_DIR/search_r1/retrieval_server.py}
   ALL=$SERVERS
   [ -f "$PEER_SCRIPT" ] && ALL="$ALL peer"
-  ONE=$(echo "$ALL" | tr ' ' '\n' | grep -vx workers | tr '\n' ' ')  # one client: no --http-workers server
+  ONE=${ONE:-$ALL}  # the servers of the one-client rounds (all: every server has had traffic before its 256 clients)
   step "serve ($ALL): faiss on :8101, torch on :8102, torch with $HTTP_WORKERS HTTP workers on :8103, Search-R1's on :8104"
   PIDS=()
   cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2> /dev/null; done; wait 2> /dev/null; }

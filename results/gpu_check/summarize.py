@@ -2,7 +2,7 @@
 
     python results/gpu_check/summarize.py results/gpu_check/run5_cuda_graphs_warm_up.jsonl [more files]
 
-Per file: every wrk run (queries/s, p50 and p99 ms); the one-client ratio of our torch server to Search-R1's
+Per file: every wrk run (queries/s, p50 and p99 ms); the one-client ratio of each of our servers to Search-R1's
 (the mean of each server's rounds, queries/s); the encoder's ms per call with and without CUDA graphs; the torch
 backend's exact search at 21M x 768.
 """
@@ -21,10 +21,11 @@ def summarize(path: Path) -> None:
         print(f"{r['label']:<20} {r['queries_per_s']:>9,.1f} q/s  p50 {r['p50_ms']:>7.1f} ms  p99 {r['p99_ms']:>7.1f} ms"
               f"  errors {r['errors']}")
     one = {name: [r["queries_per_s"] for r in loads if r["clients"] == 1 and r["label"].startswith(name + " ")]
-           for name in ("torch", "faiss", "peer")}
-    if one["torch"] and one["peer"]:
-        ours, theirs = statistics.mean(one["torch"]), statistics.mean(one["peer"])
-        print(f"1 client, torch / Search-R1's: {ours:.1f} / {theirs:.1f} q/s = {ours / theirs:.2f}x")
+           for name in ("torch", "workers", "faiss", "peer")}
+    for name in ("torch", "workers", "faiss"):
+        if one[name] and one["peer"]:
+            ours, theirs = statistics.mean(one[name]), statistics.mean(one["peer"])
+            print(f"1 client, {name} / Search-R1's: {ours:.1f} / {theirs:.1f} q/s = {ours / theirs:.2f}x")
     for r in lines:
         if r["step"] == "encoder":
             warm = r.get("warm_up")
