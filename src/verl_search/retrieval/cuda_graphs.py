@@ -36,6 +36,8 @@ MIN_TOKENS = 16
 #: token buckets `GraphedForward.warm_up` captures for every query bucket (questions of up to 63 tokens, prefix and
 #: special tokens included); a longer batch's graph is captured on first use
 WARM_TOKENS = (16, 32, 64)
+#: `max_length` where the model gives none
+MAX_LENGTH = 512
 
 
 def bucket(n: int, least: int = 1) -> int:
@@ -81,8 +83,8 @@ class GraphedForward:
             included); it must make no host-side decision from the features' values.
         device: the CUDA device the model is on.
         pad_id: the tokenizer's padding id.
-        max_length: most tokens a query may pad to (the model's `max_seq_length`); a batch whose bucket is longer
-            runs eagerly.
+        max_length: most tokens a query may pad to (the model's `max_seq_length`; None: `MAX_LENGTH`); a batch whose
+            bucket is longer runs eagerly.
         max_tokens: largest bucket captured, queries x tokens (default 65,536: 512 queries of up to 128 tokens).
         max_graphs: most graphs kept (default 48); later new shapes run eagerly.
 
@@ -92,9 +94,9 @@ class GraphedForward:
     graphs turned off): then the caller runs `forward` itself.
     """
 
-    def __init__(self, forward, device, pad_id: int, max_length: int, max_tokens: int = 65_536, max_graphs: int = 48):
+    def __init__(self, forward, device, pad_id: int, max_length: int | None, max_tokens: int = 65_536, max_graphs: int = 48):
         self.forward = forward
-        self.max_length = max_length
+        self.max_length = max_length or MAX_LENGTH  # a model without a max_seq_length: BERT's 512 positions
         self.device = device
         self.pad_id = int(pad_id)
         self.max_tokens = max_tokens
