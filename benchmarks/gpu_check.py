@@ -177,11 +177,11 @@ def _timed(run, reps: int, sync) -> float:
 def encoder(args) -> None:
     """The query encoder as `serve` builds it on `--device`: its precision, forward size, queries/s per batch size
     (`encode`, and `encode_eager` without CUDA graphs), its graphs' warm-up (count, seconds, GPU memory reserved),
-    whether its CUDA graphs stayed on, how many were captured and
-    their vectors' lowest cosine to the eager encoder's over all questions, and where a batch's milliseconds go: sentence-transformers' tokenization (`tokenize`), the Rust tokenizer's own
-    `encode_batch` (`rust_tokenize`; parallel unless TOKENIZERS_PARALLELISM is false), the forward pass over tensors
-    already on the device (`forward`), the same forward replayed as a CUDA graph (`forward_graph`, on CUDA; the
-    error where capture fails), and the whole `encode_queries` (`encode`)."""
+    whether its CUDA graphs stayed on, how many were captured and their vectors' lowest cosine to the eager
+    encoder's over all questions, and where a batch's milliseconds go: sentence-transformers' tokenization
+    (`tokenize`), the Rust tokenizer's own `encode_batch` (`rust_tokenize`; parallel unless TOKENIZERS_PARALLELISM
+    is false), the forward pass over tensors already on the device (`forward`), the same forward replayed as a CUDA
+    graph (`forward_graph`, on CUDA; the error where capture fails), and the whole `encode_queries` (`encode`)."""
     import numpy as np
     import sentence_transformers
     import torch
@@ -230,8 +230,9 @@ def encoder(args) -> None:
     record["cuda_graphs"] = None if graphs is None else {"enabled": graphs.enabled, "captured": len(graphs._graphs)}
     if graphs is not None:
         same = np.concatenate([model.encode_queries(questions[i:i + 7]) for i in range(0, len(questions), 7)])
-        record["cuda_graphs"]["lowest_cosine_to_eager"] = round(float((same * eager.encode_queries(questions)).sum(1).min()), 5)
-    for batch, forward in forwards.items() if st.device.type == "cuda" else ():  # last: a failed capture can
+        lowest = float((same * eager.encode_queries(questions)).sum(1).min())
+        record["cuda_graphs"]["lowest_cosine_to_eager"] = round(lowest, 5)
+    for batch, forward in forwards.items() if cuda else ():  # last: a failed capture can
         record[f"b{batch}_ms"]["forward_graph"] = _graph_ms(forward, args.reps, sync)  # leave CUDA unusable
     emit(record)
 

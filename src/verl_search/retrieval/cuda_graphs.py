@@ -11,13 +11,13 @@ of tokens (at least 16, always more than the longest query, so that every row ha
 attention takes the masked path whatever the batch holds). Each bucket is captured once, on first use (PyTorch's
 `torch.cuda.graph`, after warm-up passes on a side stream, as PyTorch's CUDA graphs notes do), then replayed with the
 batch copied into its static input tensors. `warm_up` captures the usual shapes when the index loads (each
-capture took 150-270 ms on an H200, which a request would otherwise wait for). A new capture is checked against the eager forward on the batch that
-caused it (lowest cosine >= `MIN_COSINE`); one that fails or raises turns the graphs off for good (logged) and the
-encoder runs eagerly. Shapes beyond `max_tokens` (queries x tokens per bucket) or `max_graphs` run eagerly: there
+capture took 150-270 ms on an H200, which a request would otherwise wait for). A new capture is checked against the
+eager forward on the batch that caused it (lowest cosine >= `MIN_COSINE`); one that fails or raises turns the
+graphs off for good (logged) and the encoder runs eagerly. Shapes beyond `max_tokens` (queries x tokens per bucket) or `max_graphs` run eagerly: there
 the launches are a small part of the pass.
 
-All graphs share one memory pool (`torch.cuda.graph_pool_handle`), so that their intermediates take the memory of
-the largest, not the sum. That is safe because they are never replayed concurrently and a graph's inputs and output
+All graphs share one memory pool (`torch.cuda.graph_pool_handle`), so that a capture can reuse the intermediates'
+memory of the captures before it. That is safe because they are never replayed concurrently and a graph's inputs and output
 are used only between the copy into its inputs and the copy of its output out of it (`GraphedForward.__call__`, from
 one thread: the server's batch worker).
 """
@@ -94,7 +94,8 @@ class GraphedForward:
     graphs turned off): then the caller runs `forward` itself.
     """
 
-    def __init__(self, forward, device, pad_id: int, max_length: int | None, max_tokens: int = 65_536, max_graphs: int = 48):
+    def __init__(self, forward, device, pad_id: int, max_length: int | None, max_tokens: int = 65_536,
+                 max_graphs: int = 48):
         self.forward = forward
         self.max_length = max_length or MAX_LENGTH  # a model without a max_seq_length: BERT's 512 positions
         self.device = device
@@ -117,21 +118,26 @@ class GraphedForward:
         number of graphs held afterwards; stops early where a capture fails (the graphs are then off)."""
         import torch
 
+        on_cuda = torch.device(self.device).type == "cuda"
+
         def reserved() -> int:
-            return torch.cuda.memory_reserved(self.device) if torch.device(self.device).type == "cuda" else 0
+            return torch.cuda.memory_reserved(self.device) if on_cuda else 0
 
         started, before = time.perf_counter(), reserved()
         overhead = features_of(["word"])["input_ids"].shape[1] - 1  # special tokens and the prefix
         with torch.inference_mode():
             for tokens in lengths:
-                text = " ".join(["word"] * (tokens - 1 - overhead))
-                if tokens - 1 - overhead < 1 or tokens > self.max_length or features_of([text])["input_ids"].shape[1] != tokens - 1:
+                words = tokens - 1 - overhead
+                if words < 1 or tokens > self.max_length:
+                    continue
+                text = " ".join(["word"] * words)
+                if features_of([text])["input_ids"].shape[1] != tokens - 1:  # "word" is not one token here
                     continue
                 queries = 1
                 while queries <= max_queries and self.enabled and queries * tokens <= self.max_tokens:
                     self(features_of([text] * queries))
                     queries *= 2
-        if torch.device(self.device).type == "cuda":  # the eager passes' blocks, cached by the allocator, go back
+        if on_cuda:  # the eager passes' blocks, cached by the allocator, go back
             torch.cuda.empty_cache()
         logger.info("query encoder: %d CUDA graphs held after %.1f s of capture (GPU memory reserved %+.0f MB)",
                     len(self._graphs), time.perf_counter() - started,

@@ -249,6 +249,7 @@ class SentenceEncoder:
         self._workers: ThreadPoolExecutor | None = None  # torch on the CPU with more than one thread
         self._worker_count = 0
         self._free_cores: FreeCores | None = None  # torch on the CPU, `threads` not given
+        self._graphs = None  # torch on CUDA: the query forward as CUDA graphs (`cuda_graphs.GraphedForward`)
         if backend == "torch":
             device = device or default_device()
             self._model = SentenceTransformer(self.path, device=device, local_files_only=True)
@@ -279,7 +280,6 @@ class SentenceEncoder:
         self.max_length = self._model.max_seq_length
         self.dim = int(self._model.get_embedding_dimension())
         self._rust = None  # torch: the Rust tokenizer called directly where it gives preprocess's exact features
-        self._graphs = None  # torch on CUDA: the query forward as CUDA graphs (`cuda_graphs.GraphedForward`)
         if backend == "torch":
             from verl_search.retrieval.query_features import RustFeatures
 
@@ -303,7 +303,7 @@ class SentenceEncoder:
         if precision != self.precision:
             import torch
 
-            if getattr(self, "_graphs", None) is not None:  # the graphs read the old weights
+            if self._graphs is not None:  # the graphs read the old weights
                 self._graphs.clear()
             self._model.to(getattr(torch, precision))
             logger.info("query encoder on %s in %s", self._model.device, precision)
