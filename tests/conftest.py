@@ -264,6 +264,36 @@ def ray_session():
     ray.shutdown()
 
 
+_STARTED = pytest.StashKey[float]()
+"""When the run began (seconds since the epoch), in the main process."""
+
+
+def pytest_configure(config):
+    """In the run's main process (pytest-xdist's controller, or a run without workers): a fresh file for the engine
+    turns of this run (`tests/trainer_runs.py`'s `TURNS_ENV`), which the workers inherit."""
+    import time
+
+    from tests.trainer_runs import TURNS_ENV
+
+    if not hasattr(config, "workerinput"):
+        os.environ[TURNS_ENV] = str(Path(tempfile.mkdtemp(prefix="verl-search-turns-")) / "turns.jsonl")
+        config.stash[_STARTED] = time.time()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The engine turns taken in this run (trainer runs, the vLLM evaluation's replica), one after the other:
+    the suite's critical path (docs/development.md)."""
+    from tests.trainer_runs import TURNS_ENV, turns_table
+
+    if hasattr(config, "workerinput") or _STARTED not in config.stash:
+        return
+    lines = turns_table(Path(os.environ[TURNS_ENV]), config.stash[_STARTED])
+    if lines:
+        terminalreporter.section("engine turns (tests/trainer_runs.py): began after the run's start")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the `timed` marks must be there
 def pytest_collection_modifyitems(config, items):
     """The `timed` marks and the slow modules' hand-out order (tests/scheduling.py)."""

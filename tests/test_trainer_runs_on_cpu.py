@@ -29,6 +29,7 @@ def own_lock(tmp_path, monkeypatch):
     """A lock file of this test's own: README's test command runs these tests beside the suite's trainer runs, whose
     turn (the shared `ENGINE_LOCK`) they would otherwise wait for."""
     monkeypatch.setattr(trainer_runs, "ENGINE_LOCK", tmp_path / "trainer.lock")
+    monkeypatch.setenv(trainer_runs.TURNS_ENV, str(tmp_path / "turns.jsonl"))  # not the run's table either
 
 
 def alive(pid: int) -> bool:
@@ -81,6 +82,13 @@ def test_runs_take_turns(tmp_path):
     first, second = sorted(end for _, end in spans.values())
     # one after the other: the second ended at least a run's length (1.5 s) after the first
     assert second - first >= 1.4 and first - started >= 1.4, (started, first, second)
+    # each turn is recorded: both held it about a run's length, the second waited about as long for it
+    lines = trainer_runs.turns_table(tmp_path / "turns.jsonl", started)
+    assert len(lines) == 3 and lines[-1].startswith("held in all: ") and lines[-1].endswith(" in 2 turn(s)"), lines
+    waited = [float(line.split("waited")[1].split()[0]) for line in lines[:2]]
+    held = [float(line.split("held")[1].split()[0]) for line in lines[:2]]
+    assert waited[0] < 1 and waited[1] >= 1 and min(held) >= 1, lines
+    assert all(line.endswith("test_runs_take_turns (call)") for line in lines[:2]), lines
 
 
 def test_a_run_that_trains_nothing_does_not_wait_for_the_turn(tmp_path):

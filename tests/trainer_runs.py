@@ -23,6 +23,7 @@ a third worker's test, memory in use passed Ray's threshold (24.0 GB) and Ray ki
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -50,14 +51,51 @@ POLL_S = 2.0
 """Seconds between looks at the run's process and its log."""
 
 
+TURNS_ENV = "VERL_SEARCH_TEST_TURNS"
+"""A JSONL file each turn of `one_engine_at_a_time` appends a row to where this variable is set (the holder's test,
+when it asked, waited and held, in seconds since the epoch and seconds): tests/conftest.py sets it for a test run and
+prints the turns at the run's end, the chain of runs that is the suite's critical path (docs/development.md)."""
+
+
 @contextlib.contextmanager
 def one_engine_at_a_time():
     """Hold `ENGINE_LOCK` for the block (waits while another test process holds it): around a trainer run
-    (`run_trainer`) or a vLLM engine a test starts."""
+    (`run_trainer`) or a vLLM engine a test starts. Appends the turn to `TURNS_ENV`'s file where it is set."""
     from filelock import FileLock
 
+    asked = time.time()
     with FileLock(str(ENGINE_LOCK)):
-        yield
+        started = time.time()
+        try:
+            yield
+        finally:
+            record_turn(asked, started, time.time())
+
+
+def record_turn(asked: float, started: float, ended: float) -> None:
+    """Append one turn to `TURNS_ENV`'s file (nothing where it is unset): the test holding it (pytest's
+    `PYTEST_CURRENT_TEST`), when it asked, and the seconds it waited and held the turn."""
+    path = os.environ.get(TURNS_ENV)
+    if not path:
+        return
+    row = {"test": os.environ.get("PYTEST_CURRENT_TEST", "?"), "asked": round(asked, 1),
+           "waited_s": round(started - asked, 1), "held_s": round(ended - started, 1)}
+    with open(path, "a", encoding="utf-8") as out:  # one short line per write: appends from processes do not mix
+        out.write(json.dumps(row) + "\n")
+
+
+def turns_table(path: Path, session_start: float) -> list[str]:
+    """The turns `path` holds (`record_turn`'s rows) as lines, in the order they were taken: when each began
+    (seconds after `session_start`), seconds waited and held, the test; then the seconds held in all."""
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows.sort(key=lambda row: row["asked"] + row["waited_s"])
+    lines = [f"{row['asked'] + row['waited_s'] - session_start:7.0f} s  waited {row['waited_s']:6.0f} s  "
+             f"held {row['held_s']:6.0f} s  {row['test']}" for row in rows]
+    if rows:
+        lines.append(f"held in all: {sum(row['held_s'] for row in rows):.0f} s in {len(rows)} turn(s)")
+    return lines
 
 
 def run_trainer(command: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float,
