@@ -12,8 +12,8 @@ docs/benchmarks/cpu-dtype.md): a SmolLM2-135M forward and backward pass over 4 x
 rollout of 102 prompts of 280 tokens plus 64 generated tokens 103.4 -> 58.0 s; the main job 14 min 40 s -> 11 min
 43 s to 12 min 54 s. On an AVX2-only AMD EPYC, bf16 took 23x fp32's time for that pass (347.6 against 15.0 s) and
 3.9x for that rollout (580.6 against 150.4 s). The price is precision: bf16 keeps about three significant
-digits. `verl-search train --cpu` and `verl-search eval` keep float32 (`cpu.overrides.cpu_overrides`, `cpu.vllm_cpu.cpu_rollout_overrides`),
-so their log-probabilities match to ~1e-6.
+digits. `verl-search train --cpu` and `verl-search eval` keep float32 (`cpu.overrides.cpu_overrides`,
+`cpu.vllm_cpu.cpu_rollout_overrides`), so their log-probabilities match to ~1e-6.
 """
 
 from __future__ import annotations
