@@ -8,8 +8,9 @@ time or load the cores (`TIMED_MODULES`): they run alone. Every test process run
 
 Trainer runs (verl's `main_ppo`, the quickstart's stages) and the vLLM evaluation's replica do not run side by
 side: they take turns through `tests/trainer_runs.py`'s lock, since two of them do not fit in the machine's memory.
-They are the suite's critical path (about 1,300 s of runs one after the other on 2 cores), and a trainer spends its
-first two minutes starting Ray, vLLM and FSDP on about one core: the third worker fills that core. So `FIRST` hands
+They are the suite's critical path (1,602 s of turns one after the other on 2 cores in a CI run of 2026-11-30;
+every run prints its turns at its end), and a trainer spends its first two minutes starting Ray, vLLM and FSDP on
+about one core: the third worker fills that core. So `FIRST` hands
 out the GRPO recipes' and the PPO recipe's modules first (each fits its stand-in, then waits for its turn: one fits
 while the other trains), then the modules that run vLLM, then the transformers fallback's run (handed out with the
 first two, it would leave the third worker waiting for its turn as well); every other module follows in pytest's
