@@ -285,7 +285,7 @@ def pytest_terminal_summary(terminalreporter, config):
     the suite's critical path (docs/development.md)."""
     from tests.trainer_runs import TURNS_ENV, turns_table
 
-    if hasattr(config, "workerinput") or _STARTED not in config.stash:
+    if _STARTED not in config.stash:  # a pytest-xdist worker: the controller prints the table
         return
     lines = turns_table(Path(os.environ[TURNS_ENV]), config.stash[_STARTED])
     if lines:

@@ -53,7 +53,7 @@ POLL_S = 2.0
 
 TURNS_ENV = "VERL_SEARCH_TEST_TURNS"
 """A JSONL file each turn of `one_engine_at_a_time` appends a row to where this variable is set (the holder's test,
-when it asked, waited and held, in seconds since the epoch and seconds): tests/conftest.py sets it for a test run and
+when it began, in seconds since the epoch, and the seconds it waited and held): tests/conftest.py sets it for a test run and
 prints the turns at the run's end, the chain of runs that is the suite's critical path (docs/development.md)."""
 
 
@@ -74,11 +74,11 @@ def one_engine_at_a_time():
 
 def record_turn(asked: float, started: float, ended: float) -> None:
     """Append one turn to `TURNS_ENV`'s file (nothing where it is unset): the test holding it (pytest's
-    `PYTEST_CURRENT_TEST`), when it asked, and the seconds it waited and held the turn."""
+    `PYTEST_CURRENT_TEST`), when it began, and the seconds it waited and held the turn."""
     path = os.environ.get(TURNS_ENV)
     if not path:
         return
-    row = {"test": os.environ.get("PYTEST_CURRENT_TEST", "?"), "asked": round(asked, 1),
+    row = {"test": os.environ.get("PYTEST_CURRENT_TEST", "?"), "began": round(started, 1),
            "waited_s": round(started - asked, 1), "held_s": round(ended - started, 1)}
     with open(path, "a", encoding="utf-8") as out:  # one short line per write: appends from processes do not mix
         out.write(json.dumps(row) + "\n")
@@ -90,8 +90,8 @@ def turns_table(path: Path, session_start: float) -> list[str]:
     if not path.is_file():
         return []
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows.sort(key=lambda row: row["asked"] + row["waited_s"])
-    lines = [f"{row['asked'] + row['waited_s'] - session_start:7.0f} s  waited {row['waited_s']:6.0f} s  "
+    rows.sort(key=lambda row: row["began"])
+    lines = [f"{row['began'] - session_start:7.0f} s  waited {row['waited_s']:6.0f} s  "
              f"held {row['held_s']:6.0f} s  {row['test']}" for row in rows]
     if rows:
         lines.append(f"held in all: {sum(row['held_s'] for row in rows):.0f} s in {len(rows)} turn(s)")
