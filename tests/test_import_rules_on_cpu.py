@@ -41,7 +41,7 @@ MAY_IMPORT = {
     "agent_loop": ("agent_protocol", "llm", "tools", "verl_config"),
     "training": ("agent_protocol", "cpu", "datasets", "llm", "retrieval", "rewards", "runtime", "tools",
                  "verl_config"),
-    "report": ("llm", "rewards", "training"),
+    "report": ("llm", "retrieval", "rewards", "training"),
     "eval": ("agent_protocol", "cpu", "datasets", "llm", "report", "retrieval", "rewards", "server", "verl_config"),
     "quickstart": ("agent_protocol", "cpu", "datasets", "eval", "llm", "report", "retrieval", "runtime", "server",
                    "training", "verl_config"),

@@ -128,6 +128,12 @@ def test_every_stage_ran_once_and_the_report_compares_three_models(runs):
     for name in ("untrained", "cold_start", "grpo"):
         lines = (out / "eval" / name / "trajectories.jsonl").read_text().splitlines()
         assert len(lines) == n and all("turns" in json.loads(line) for line in lines)
+    # where the answers were lost: every question at one step, the searches replayed on the run's own index
+    assert "## Where the answers were lost" in text and list(report["funnel"]) == ["untrained", "cold_start", "grpo"]
+    for name, funnel in report["funnel"].items():
+        assert sum(funnel[step] for step in ("no_search", "not_retrieved", "cut", "misread", "right")) == n
+        replay = json.loads((out / "eval" / name / "gold_in_top_k.json").read_text())
+        assert replay["first_passage_matches"] == replay["first_passages"], (name, replay)  # the index searched
 
 
 def test_the_cold_start_went_through_verls_sft_trainer_and_grpo_started_from_it(runs):
@@ -186,7 +192,8 @@ def test_a_second_run_with_the_same_flags_redoes_nothing(runs):
 def test_the_export_keeps_what_backs_the_report_and_no_model(runs):
     export = runs["export"]
     for path in ("report.md", "report.json", "curves.png", "grpo/metrics.jsonl", "grpo/train.log",
-                 "cold_start/metrics.jsonl", "cold_start/sft.log", "eval/grpo/trajectories.jsonl", "stages/grpo.json"):
+                 "cold_start/metrics.jsonl", "cold_start/sft.log", "eval/grpo/trajectories.jsonl", "stages/grpo.json",
+                 "eval/grpo/gold_in_top_k.json"):
         assert (export / path).is_file() or (export / f"{path}.gz").is_file(), path
     kept = sorted(p.name for p in (export / "grpo" / "rollouts").glob("*.jsonl"))
     assert kept and kept == sorted(p.name for p in (runs["out"] / "grpo" / "rollouts").glob("*.jsonl")), kept

@@ -13,6 +13,7 @@ KEPT = ("report.md", "report.json", "curves.png", "stages/*.json", "data/*.parqu
         "cold_start/cold_start.json", "cold_start/trajectories.parquet", "cold_start/sft.log",
         "cold_start/metrics.jsonl", "grpo/train.log", "grpo/metrics.jsonl", "grpo/agent_loops.yaml",
         f"{CONTROL}/train.log", f"{CONTROL}/metrics.jsonl", "eval/*/trajectories.jsonl", "eval/*/report.*",
+        "eval/*/gold_in_top_k.json",
         "eval/seconds.json")
 #: files above this size are gzip-compressed in the export (`NAME.gz`)
 COMPRESS_ABOVE = 1_000_000

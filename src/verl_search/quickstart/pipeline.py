@@ -251,6 +251,13 @@ class Quickstart:
         from verl_search.report.quickstart import load_probes, load_records, training_answer, write_report
 
         records = load_records(self.out)
+        if records and self.index.is_dir():  # each evaluation's searches replayed on the BM25 index (under a
+            from verl_search.report.funnel import write_gold_in_top_k  # second): "Where the answers were lost"
+
+            write_gold_in_top_k(self.out, self.index, self.options.topk)
+        elif records:
+            logger.warning("%s does not exist: the report's searches are not replayed (no \"Where the answers were "
+                           "lost\"); a kept gold_in_top_k.json is still read", self.index)
         seconds = self.out / "eval" / "seconds.json"
         if "evaluate" in timings and seconds.is_file():  # each evaluation's load and rollout seconds
             timings = {**timings, "evaluate": {**timings["evaluate"], "models": json.loads(seconds.read_text())}}

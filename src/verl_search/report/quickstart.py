@@ -186,12 +186,14 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
             on the frontier probe set", in all and split into trained and untrained questions (the control's
             trained questions: `out/grpo_control/rollouts`); `None` or missing: no section (no control table).
 
-    Read from `out`: `cold_start/cold_start.json` (`cold_start_summary`), `grpo_control/rollouts/`.
+    Read from `out`: `cold_start/cold_start.json` (`cold_start_summary`), `grpo_control/rollouts/`,
+    `eval/NAME/gold_in_top_k.json` (`report.funnel.write_gold_in_top_k`: the section "Where the answers were lost").
 
     Returns the report as written to `report.json`.
     """
     from verl_search.report.baselines import by_shape, searcher, shape_table
     from verl_search.report.evaluation import summarize
+    from verl_search.report.funnel import funnel_section, read_gold_in_top_k
     from verl_search.report.grpo_signal import filter_metric_key, read_rollouts, section, step_signals, trained_measure
     from verl_search.report.observations import conditional_metrics, seen_subset_comparisons
     from verl_search.report.probes import split_table, trained_prompts, trained_split
@@ -216,6 +218,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     shapes = by_shape({model: records[model] for model in names}, frequent_answer, seen_by)
     conditional = {model: conditional_metrics(records[model]) for model in names}
     cold = cold_start_summary(out)
+    funnels, funnel_md = funnel_section(records, read_gold_in_top_k(out, names), start, seen_subset)
     probes = probes or {}
     runs = [run for run in ("grpo", CONTROL) if probes.get("cold_start") and probes.get(run)]
     compared = {run: probe_comparison(probes["cold_start"], probes[run], samples, seed) for run in runs}
@@ -225,7 +228,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     probe, probe_control = compared.get("grpo"), compared.get(CONTROL)
     report = {"meta": meta, "models": summaries, "comparisons": comparisons, "seen_subset": seen_subset,
               "by_shape": shapes,
-              "conditional": conditional, "cold_start": cold, "probe": probe, "probe_control": probe_control,
+              "conditional": conditional, "funnel": funnels, "cold_start": cold, "probe": probe, "probe_control": probe_control,
               "probe_split": splits, "stages": timings, "curves": curves,
               "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals,
               "generated_per_trained": {str(s["step"]): s["generated_per_trained"] for s in signals}}
@@ -252,7 +255,7 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
              "Two-option questions name their candidates (\"..., X or Y?\"); a model's gain on a shape counts only "
              "above the best baseline there (`verl_search.report.baselines`). The ceiling is the share of questions "
              "whose gold answer the observations showed: what a perfect reader of them could answer.", "",
-             shape_table(shapes), seen_section(conditional, cold, seen_by)]
+             shape_table(shapes), seen_section(conditional, cold, seen_by), funnel_md]
     if probe:
         rule = {"em": "by exact match", "f1": "by token F1, the measure GRPO's reward pays"}[measure]
         parts += ["## Sampled reward on the frontier probe set", "",
@@ -332,9 +335,11 @@ def rerender_report(out: Path, count_tokens=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m verl_search.report.quickstart RUN_FOLDER [--tokenizer MODEL]`: `rerender_report`;
-    the tokenizer of MODEL (an HF folder or `smollm2`; default: the run's `grpo/hf`, when kept)
-    counts the loss tokens."""
+    """`python -m verl_search.report.quickstart RUN_FOLDER [--tokenizer MODEL] [--index INDEX [--topk K]]`:
+    `rerender_report`; the tokenizer of MODEL (an HF folder or `smollm2`; default: the run's `grpo/hf`, when
+    kept) counts the loss tokens. With `--index` (the run's index folder, e.g. `RUN_FOLDER/index`), each
+    evaluation's searches are replayed first (`report.funnel.write_gold_in_top_k`, top-K: default the run's
+    `--topk`)."""
     import argparse
 
     from verl_search.llm.models import model_folder
@@ -343,7 +348,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m verl_search.report.quickstart", description=rerender_report.__doc__)
     parser.add_argument("out", type=Path)
     parser.add_argument("--tokenizer", default=None, help="HF folder or smollm2: its tokenizer counts the loss tokens")
+    parser.add_argument("--index", type=Path, default=None,
+                        help="the run's index: replay each evaluation's searches on it (gold_in_top_k.json)")
+    parser.add_argument("--topk", type=int, default=None, help="passages per replayed search (default: the run's)")
     args = parser.parse_args(argv)
+    if args.index is not None:
+        from verl_search.report.funnel import write_gold_in_top_k
+
+        options = json.loads((args.out / "report.json").read_text(encoding="utf-8"))["meta"].get("options", {}) \
+            if (args.out / "report.json").is_file() else {}
+        write_gold_in_top_k(args.out, args.index, args.topk or options.get("topk", 3))
     folder = model_folder(args.tokenizer) if args.tokenizer else (
         args.out / "grpo" / "hf" if (args.out / "grpo" / "hf").is_dir() else None)
     rerender_report(args.out, tokenizer_counter(folder) if folder else None)
