@@ -98,6 +98,9 @@ def test_a_gold_the_model_saw_counts_as_retrieved_and_one_the_replay_misses_as_n
     assert funnel([seen], {"questions": {}})["not_retrieved"] == 0
     unseen = record("b", ["Rhone"], "x", [("Lyon river", observation(["Lyon"], cut_at=100))])
     assert funnel([unseen], {"questions": {}})["not_retrieved"] == 1  # missing from the replay: not retrieved
+    # the tool's own words for an empty search do not show a gold "no"
+    empty = record("c", ["no"], "yes", [("and", "\n\n<information>No passages found.</information>\n\n")])
+    assert step_of(empty, False) == "not_retrieved"
 
 
 def test_the_sentences_name_the_failing_step_and_what_grpo_changed(retriever):

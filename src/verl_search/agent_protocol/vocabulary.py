@@ -57,6 +57,8 @@ OBSERVATION_PREFIX = "\n\n<information>"
 OBSERVATION_SUFFIX = "</information>\n\n"
 #: marks an observation body cut to its token budget
 TRUNCATION_MARK = " ...(truncated)"
+#: the observation line of a query that retrieved nothing (`tools.formatting.format_results`)
+NO_PASSAGES = "No passages found."
 #: the observation of a search that failed: `SEARCH_FAILED_PREFIX + reason`
 SEARCH_FAILED_PREFIX = "search failed: "
 #: the observation of a page access that failed (the `access` tool): `ACCESS_FAILED_PREFIX + reason`

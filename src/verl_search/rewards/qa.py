@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from verl_search.agent_protocol.answers import count_answers, extract_answer, strip_retrieved  # noqa: F401 (re-exported)
 from verl_search.agent_protocol.vocabulary import (INFORMATION_RE, INVALID_ACTION_MESSAGE, LAST_SEARCH_NOTICE,
-                                             TRUNCATION_MARK)
+                                             NO_PASSAGES, TRUNCATION_MARK)
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -96,17 +96,20 @@ def answer_in_text(text: str, golds: Iterable[str]) -> bool:
 
 
 _FRAME = re.compile(r"</?(?:information|result)>|Doc \d+\(Title: |" + "|".join(
-    re.escape(text) for text in (TRUNCATION_MARK, LAST_SEARCH_NOTICE, INVALID_ACTION_MESSAGE)))
+    re.escape(text) for text in (TRUNCATION_MARK, LAST_SEARCH_NOTICE, INVALID_ACTION_MESSAGE, NO_PASSAGES)))
 
 
 def answer_in_observation(observation: str, golds: Iterable[str]) -> bool:
     """`answer_in_text` on an observation as the model read it (an agent loop's decoded observation tokens),
     the environment's own words removed first (the `<information>` / `<result>` tags, `Doc k(Title: `, the
-    truncation mark, the last-search notice, the correction message): a gold `1` is not visible through `Doc 1`.
+    truncation mark, the last-search notice, the correction message, "No passages found."): a gold `1` is not
+    visible through `Doc 1`, nor a gold `no` through an empty search.
 
     >>> answer_in_observation("<information>Doc 1(Title: \\"Jaws\\") A 1975 film ...(truncated)</information>", ["1"])
     False
     >>> answer_in_observation("<information>Doc 1(Title: \\"Jaws\\") A 1975 film.</information>", ["Jaws"])
     True
+    >>> answer_in_observation("<information>No passages found.</information>", ["no"])
+    False
     """
     return answer_in_text(_FRAME.sub(" ", observation), golds)

@@ -14,6 +14,7 @@ fit are left out whole, and the text says how many were left out.
 from __future__ import annotations
 
 from verl_search.agent_protocol.tokens import observation_tokens
+from verl_search.agent_protocol.vocabulary import NO_PASSAGES
 
 
 def format_passage(index: int, document: dict, max_chars: int | None = None, show_id: bool = False) -> str:
@@ -59,7 +60,7 @@ def format_results(
         lines = [f'Results for "{query}":'] if len(queries) > 1 else []
         lines += [format_passage(i + 1, doc, max_chars_per_passage, show_ids) for i, doc in enumerate(documents)]
         if not documents:
-            lines.append("No passages found.")
+            lines.append(NO_PASSAGES)
         blocks.append("\n".join(lines))
     text = "\n---\n".join(blocks)
     if max_observation_chars is None or len(text) <= max_observation_chars:
