@@ -9,7 +9,7 @@
 | `grpo` | `grpo/` (train log, metrics, rollouts per step, checkpoint, merged `hf/`) | cold_start, frontier |
 | `grpo_control` | `grpo_control/`: GRPO on scores shuffled within each step (`--control` only) | as grpo |
 | `evaluate` | `eval/NAME/` (`verl-search eval`'s folder: `trajectories.jsonl`, `report.*`) for `untrained`, `cold_start`, `grpo`, `grpo_control`; with `--frontier-questions` also `eval/probe_NAME/` (the start model and each GRPO model sampled again on the frontier); `eval/seconds.json` | every stage above |
-| `report` | `report.md`, `report.json`, `curves.png` | every evaluation |
+| `report` | `report.md`, `report.json`, `curves.png`; `eval/NAME/gold_in_top_k.json` (each evaluation's searches replayed on `index/`, `report.funnel`) | every evaluation |
 
 The `evaluate` stage runs every evaluation in one child process on one start of the rollout engine
 (`eval.harness.run_evals`: on verl's vLLM rollout each later model's weights are loaded into the running
