@@ -18,8 +18,8 @@ passages" cannot be read from the records, which keep only what the model read. 
 recorded queries on the run's own index with the same top-k and applies the same whole-word check
 (`rewards.qa.answer_in_text`) to the passages whole: their title lines and texts, which is what the search tool
 renders before the cut, less the frame `answer_in_observation` leaves out. A gold the model saw counts as
-retrieved. The replay also compares the top
-passage of every first search with the one recorded, which shows whether the index is the one the run searched.
+retrieved. The replay also compares the top passage of every first search with the one recorded, which shows
+whether the index is the one the run searched.
 """
 
 from __future__ import annotations

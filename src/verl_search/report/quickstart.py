@@ -228,7 +228,8 @@ def write_report(out: Path, records: dict[str, list[dict]], timings: dict[str, d
     probe, probe_control = compared.get("grpo"), compared.get(CONTROL)
     report = {"meta": meta, "models": summaries, "comparisons": comparisons, "seen_subset": seen_subset,
               "by_shape": shapes,
-              "conditional": conditional, "funnel": funnels, "cold_start": cold, "probe": probe, "probe_control": probe_control,
+              "conditional": conditional, "funnel": funnels, "cold_start": cold, "probe": probe,
+              "probe_control": probe_control,
               "probe_split": splits, "stages": timings, "curves": curves,
               "grpo_steps": {str(k): v for k, v in sorted(steps.items())}, "grpo_signal": signals,
               "generated_per_trained": {str(s["step"]): s["generated_per_trained"] for s in signals}}
