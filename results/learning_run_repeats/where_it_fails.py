@@ -8,7 +8,7 @@ retrieval, what other searches on the same index would have found: the same quer
 per supporting page the top 3 missed (the page's title as the query: an oracle second hop, `gold_titles` of
 `mini-wiki:test`).
 
-    python results/learning_run_repeats/where_it_fails.py [--index INDEX] > results/learning_run_repeats/where_it_fails.md
+    cd results/learning_run_repeats && python where_it_fails.py [--index INDEX] > where_it_fails.md
 
 Without `--index`, the BM25 index of the packaged mini-wiki corpus is built in a temporary folder first (about
 10 s), as the study's `index` stage builds it.
@@ -86,7 +86,8 @@ def main() -> None:
         subset = seen_subset_comparisons(pair, "cold_start", [("cold_start", name)], 10000, 0)
         lines = where_it_fails({"cold_start": funnels["cold_start"], name: funnels[name]}, pair, "cold_start", subset)
         print(f"## {name}\n\n" + "\n".join(lines[1:] if name != next(iter(summary.MODELS)) else lines) + "\n")
-    print(f"## What other searches would have found\n\nOf the {more['lost']} questions the cold start lost at retrieval, "
+    print(f"## What other searches would have found\n\nOf the {more['lost']} questions the cold start lost at "
+          "retrieval, "
           f"its first search's top {options['topk']} held a supporting page (a gold title) for "
           f"{more['supporting_page_in_top_k']}; the same query's top 10 holds the gold for {more['gold_in_top_10']}; "
           f"one more search per supporting page it missed, with that page's title as the query (an oracle second "

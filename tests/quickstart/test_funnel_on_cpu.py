@@ -121,8 +121,8 @@ def test_the_sentences_name_the_failing_step_and_what_grpo_changed(retriever):
     assert lines[1] == ("- grpo searched exactly cold_start's queries on 6 of 7 questions, so its retrieval and cut "
                         "can differ from cold_start's on 1 questions at most; by step: no search 2 -> 2, not retrieved "
                         "2 -> 2, cut 1 -> 1, misread 1 -> 0, right 1 -> 2. On the 3 questions whose gold cold_start "
-                        "saw, F1 cold_start -> grpo +0.333 [+0.000, +1.000], including 0; grpo_control -> grpo +0.500 [+0.100, "
-                        "+0.900], above 0.")
+                        "saw, F1 cold_start -> grpo +0.333 [+0.000, +1.000], including 0; grpo_control -> grpo "
+                        "+0.500 [+0.100, +0.900], above 0.")
     assert where_it_fails(funnels, {}, None, None) == []
     # the untrained model before the start is not compared with it
     assert len(where_it_fails({"untrained": funnels["grpo"], **funnels}, {"cold_start": start, "grpo": grpo},
