@@ -1,7 +1,7 @@
 """How much of what the search returned the model sees, by the observation's token budget (`--max-obs-tokens`):
 for each budget, the share of questions whose gold answer is visible in the observation of a search with the
 question, rendered exactly as the agent loop renders it (the cold start's `trajectory_tokens`: same tokenizer,
-same cut, `training.cold_start.gold_visible`), and the observation's mean length in tokens (what each search adds
+same cut, `training.trajectories.gold_visible`), and the observation's mean length in tokens (what each search adds
 to a rollout's prefill and to the trajectory the trainer scores). Prints markdown.
 
     python benchmarks/observation_window.py [--split test] [--budgets 160 320 480 640] [--topk 3] [--model smollm2]

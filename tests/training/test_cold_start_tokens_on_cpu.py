@@ -45,18 +45,21 @@ def chosen(bm25_retriever):
 
 
 def agent_loop_trajectories(tiny_qwen, rows, protocol, url, folder, monkeypatch, turns=(SEARCH_TURN, ANSWER_TURN),
-                            loop_settings=None):
+                            loop_settings=None, script=None):
     """`(input_ids, mask)` per row as verl's worker + our agent loop build them (prompt mask 0); the scripted model
-    writes `turns` (a search turn, then an answer turn); `loop_settings` update every entry of the loops' YAML."""
+    writes `turns` (a search turn, then an answer turn), or what `script(prompt_text, turn)` returns;
+    `loop_settings` update every entry of the loops' YAML."""
     from verl.experimental.agent_loop import AgentLoopWorker
 
     monkeypatch.setenv("VERL_SEARCH_URL", url)
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
     answers = {row["extra_info"]["question"].strip(): row["reward_model"]["ground_truth"]["target"][0] for row in rows}
 
-    def script(prompt_text, turn):
+    def two_turns(prompt_text, turn):
         question = next(q for q in answers if q in prompt_text)
         return turns[0].format(question=question) if turn == 0 else turns[1].format(answer=answers[question])
+
+    script = script or two_turns
 
     data = folder / "rows.parquet"
     write_parquet(rows, data)

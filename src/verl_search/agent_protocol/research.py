@@ -133,7 +133,7 @@ def passages_result_tokens(documents: list[dict], encode, max_tokens: int) -> tu
     """The ReSearch observation of one search, as token ids: `documents`' `contents` (`{"id", "contents"}`, the
     retriever's top-k) in `format_passages`' text inside `result_tokens`' block, at most `max_tokens`. What
     `ReSearchAgentLoop` appends after a search and what the cold start's ReSearch trajectories hold
-    (`training.cold_start.trajectory_tokens`): one function, both callers.
+    (`training.trajectories.trajectory_tokens`): one function, both callers.
 
     Returns:
         `(token_ids, truncated)`; `token_ids` is empty when even the frame does not fit.

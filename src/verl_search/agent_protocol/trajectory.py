@@ -1,5 +1,5 @@
 """`ResponseTokens`: the response of one trajectory, built turn by turn, as every agent loop of ours builds it
-and as the cold start builds its supervised trajectories (`verl_search.training.cold_start.trajectory_tokens`):
+and as the cold start builds its supervised trajectories (`verl_search.training.trajectories.trajectory_tokens`):
 one builder, so the cold start's token sequences cannot drift from what the loops produce.
 
 A response is everything after the prompt (Search-R1's one long response): model turns, whose tokens carry

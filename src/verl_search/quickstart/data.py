@@ -70,7 +70,9 @@ def write_grpo_questions(train_file: Path, index: Path, model: str, exclude: Pat
     """Write to `out_file` up to `limit` training questions of `train_file` (verl rows) whose gold answer is
     visible in the observation of the cold start's search, exactly as the agent loop renders it
     (`training.cold_start.visible_rows`, same tokenizer, top-k and cut), leaving out the questions the cold start
-    trained on (`exclude`: its `cold_start.json`); return `visible_rows`' counts with `"excluded"`.
+    trained on (`exclude`: its `cold_start.json`); return `visible_rows`' counts with `"excluded"`. With the cold
+    start's `second_hop`, a share of them as large as the cold start's (`second_hop / examples`) are questions
+    whose gold a second search shows (`training.second_hop.second_hop_rows`, its counts in `"second_hop"`).
 
     These are the questions the cold-started model can answer from what it reads, and does not know by heart:
     on the kept runs' unfiltered GRPO groups 4 of 15 groups whose gold was visible carried a reward
@@ -94,14 +96,26 @@ def write_grpo_questions(train_file: Path, index: Path, model: str, exclude: Pat
     trained = set(json.loads(Path(exclude).read_text())["questions"]) if Path(exclude).is_file() else set()
     rows = [row for row in read_rows(train_file) if row["extra_info"]["question"] not in trained]
     tokenizer = AutoTokenizer.from_pretrained(model)
-    chosen, counts = visible_rows(rows, resolve_index(index).load(), tokenizer, prompt_builder(model, tokenizer),
-                                  topk=settings.topk, limit=limit, seed=settings.seed + 1,
-                                  **settings.trajectory_settings(tokenizer, model))
+    retriever, builder = resolve_index(index).load(), prompt_builder(model, tokenizer)
+    two = round(limit * settings.second_hop / settings.examples) if settings.second_hop else 0
+    chosen, counts = visible_rows(rows, retriever, tokenizer, builder, topk=settings.topk, limit=limit - two,
+                                  seed=settings.seed + 1, **settings.trajectory_settings(tokenizer, model))
+    if two:  # as many second-search questions as in the cold start, in proportion
+        import random
+
+        from verl_search.training.second_hop import second_hop_rows
+
+        second, counts["second_hop"] = second_hop_rows(rows, retriever, tokenizer, builder, topk=settings.topk,
+                                                       limit=two, seed=settings.seed + 1,
+                                                       **settings.trajectory_settings(tokenizer, model))
+        chosen = chosen + second
+        random.Random(settings.seed + 1).shuffle(chosen)
     if not chosen:
         raise ValueError(f"no training question of {train_file} has its gold answer visible in its "
                          f"{settings.max_obs_tokens}-token observation; raise --max-obs-tokens")
-    write_parquet([row for row, _ in chosen], out_file)
+    write_parquet([row for row, *_ in chosen], out_file)
     counts["excluded"] = len(trained)
     logger.info("GRPO's questions: %d whose gold is visible in the observation (%d examined, %d cold-start "
-                "questions left out)", counts["visible"], counts["candidates"], len(trained))
+                "questions left out), %d more after a second search", counts["visible"], counts["candidates"],
+                len(trained), len(chosen) - counts["visible"])
     return counts

@@ -101,6 +101,10 @@ class StudyOptions(QuickstartOptions):
     Attributes:
         sft_epochs: passes of verl's SFT trainer over the cold start's trajectories; sft_batch_size:
             trajectories per step; sft_lr: learning rate. grpo_lr: GRPO's learning rate.
+        sft_second_hop: of `sft_examples`, trajectories with a second search (`training.second_hop`: the first
+            search misses the gold, the second searches a page the first observation names and shows it);
+            GRPO's questions then mix one-search and two-search questions in the same ratio
+            (`data.write_grpo_questions`). Needs `max_turns` >= 2 and the `search_r1` protocol; 0 (default): none.
         filter_groups: DAPO's dynamic sampling (`algorithm.filter_groups` on the score): groups whose
             rollouts all scored alike are dropped and replaced by fresh questions, so every group trained
             on carries signal; max_gen_batches: generation batches (`prompts_per_step` questions each) one
@@ -152,6 +156,10 @@ class StudyOptions(QuickstartOptions):
     sft_epochs: int = field(default=2, metadata=_help("passes of the SFT trainer over the trajectories"))
     sft_batch_size: int = field(default=4, metadata=_help("trajectories per SFT step"))
     sft_lr: float = field(default=1e-4, metadata=_help("cold-start learning rate"))
+    sft_second_hop: int = field(default=0, metadata=_help(
+        "of --sft-examples, trajectories with a second search: the first search misses the gold, the second "
+        "searches a page the first observation names and shows it (search_r1; GRPO's questions mix both kinds "
+        "alike)"))
     grpo_lr: float = field(default=2e-5, metadata=_help("GRPO learning rate"))
     filter_groups: bool = field(default=True, metadata=_help(
         "drop and replace GRPO groups whose rollouts all scored alike (DAPO's dynamic sampling)"))
@@ -210,6 +218,12 @@ class StudyOptions(QuickstartOptions):
         if self.start_from and Path(self.start_from).resolve() == Path(self.out).resolve():
             raise ValueError(f"--start-from {self.start_from} is --out itself: pass a new --out (a rerun of the same "
                              f"--out resumes it without --start-from)")
+        if not 0 <= self.sft_second_hop <= self.sft_examples:
+            raise ValueError(f"--sft-second-hop={self.sft_second_hop}: between 0 and --sft-examples "
+                             f"({self.sft_examples})")
+        if self.sft_second_hop and (self.max_turns < 2 or self.protocol != "search_r1"):
+            raise ValueError(f"--sft-second-hop {self.sft_second_hop} teaches two searches: it needs --max-turns >= 2 "
+                             f"(got {self.max_turns}) and --protocol search_r1 (got {self.protocol})")
         if self.balance_positions and not self.frontier_questions:
             raise ValueError("--balance-positions balances the frontier questions GRPO trains on: it needs "
                              "--frontier-questions N (N >= 1)")

@@ -86,7 +86,8 @@ class Quickstart:
         trained = []  # the stages whose models the evaluate stage reads
         if o.sft_examples:
             stages += [Stage("cold_start", ("model", "sft_examples", "sft_epochs", "sft_batch_size", "sft_lr", "seed",
-                                            "dtype", *PROTOCOL_KEYS), ("index", "data"), self.cold_start,
+                                            "dtype", "sft_second_hop", *PROTOCOL_KEYS), ("index", "data"),
+                             self.cold_start,
                              self.out / "cold_start" / "ckpt")]
             trained.append("cold_start")
         frontier = ("frontier",) if o.grpo_steps and o.frontier_questions else ()
@@ -168,7 +169,7 @@ class Quickstart:
 
         o = self.options
         return ColdStartOptions(examples=o.sft_examples, epochs=o.sft_epochs, batch_size=o.sft_batch_size, lr=o.sft_lr,
-                                dtype=o.dtype,
+                                dtype=o.dtype, second_hop=o.sft_second_hop,
                                 protocol=o.protocol, topk=o.topk, max_turns=o.max_turns,
                                 max_obs_tokens=o.max_obs_tokens, response_length=response_length(o), seed=o.seed)
 

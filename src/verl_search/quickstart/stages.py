@@ -72,9 +72,10 @@ def fingerprint(stage: Stage, stages: dict[str, Stage], options: StudyOptions) -
             "needs": {name: fingerprint(stages[name], stages, options) for name in stage.needs if name in stages}}
 
 
-LEGACY_OPTIONS = {"dtype": "float32"}
+LEGACY_OPTIONS = {"dtype": "float32", "sft_second_hop": 0}
 """Options added after run folders were made, with the value every folder made before had: a stage recorded
-without one is read as having run with it (before `--dtype`, every stage computed in float32)."""
+without one is read as having run with it (before `--dtype`, every stage computed in float32; before
+`--sft-second-hop`, every cold start searched once)."""
 
 
 def with_legacy_options(recorded: dict, current: dict) -> dict:

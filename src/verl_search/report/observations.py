@@ -7,7 +7,7 @@ are cut, and the share of questions whose gold is visible bounds what better ext
 "gold visible" ceiling). EM and F1 split by visibility say which step fails: retrieval and the cut (gold not
 visible) or extraction (gold visible, answer wrong). Visibility is `rewards.qa.answer_in_observation` on the
 observation text the agent loop recorded (its decoded observation tokens): the check the cold start selects
-its trajectories by (`verl_search.training.cold_start.gold_visible`).
+its trajectories by (`verl_search.training.trajectories.gold_visible`).
 """
 
 from __future__ import annotations

@@ -132,9 +132,12 @@ def seen_section(conditional: dict[str, dict], cold: dict | None, seen_by: str |
     lines = ["## What the models saw", ""]
     if cold and cold.get("gold_visible") is not None:
         selection = cold.get("selection") or {}
+        second = cold.get("second_hop") or {}
         lines += [f"Cold start: {cold['gold_visible']} of {cold['examples']} trajectories "
                   f"({cold['gold_visible'] / cold['examples']:.0%}) show the gold answer in their observation as the "
-                  f"agent loop renders it ({cold.get('max_obs_tokens', '?')} tokens); "
+                  f"agent loop renders it ({cold.get('max_obs_tokens', '?')} tokens"
+                  + (f"; {second['visible']} of them after a second search, for a page the first observation names"
+                     if second else "") + "); "
                   + (f"{selection['candidates']} candidate questions examined to find them "
                      f"({selection['in_top_k']} with the gold in the full top-k passages). "
                      if selection.get("candidates") is not None else ""), ""]

@@ -92,7 +92,7 @@ def information_tokens(query: str, documents: list[dict], encode, max_tokens: in
     retriever's top-k for `query`) in `format_results`' text inside `\\n\\n<information>...</information>\\n\\n`,
     `notice` before the closing tag, at most `max_tokens` (`agent_protocol.tokens.observation_tokens`: the body cut by
     tokens, the frame kept). What `SearchR1AgentLoop` appends after a search and what the cold start's
-    trajectories hold (`training.cold_start.trajectory_tokens`): one function, both callers.
+    trajectories hold (`training.trajectories.trajectory_tokens`): one function, both callers.
 
     Returns:
         `(token_ids, truncated)`; `token_ids` is empty when even the frame does not fit.

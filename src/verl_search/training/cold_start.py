@@ -38,6 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from verl_search.training.trajectories import (  # noqa: F401 (re-exported: the cold start's callers read them here)
+    ANSWER_TURN,
+    RESEARCH_ANSWER_TURN,
+    RESEARCH_SEARCH_TURN,
+    SEARCH_TURN,
+    SECOND_SEARCH_TURN,
+    gold_visible,
+    observation_text,
+    trajectory_tokens,
+)
+
 logger = logging.getLogger(__name__)
 
 
@@ -53,6 +64,8 @@ class ColdStartOptions:
         topk: passages per search; max_turns, max_obs_tokens: the protocol's limits the agent loop applies.
         response_length: the response budget in tokens (prompt excluded) a trajectory must fit (the
             quickstart's: max_turns x (tokens per turn + max_obs_tokens) + tokens per turn).
+        second_hop: of `examples`, trajectories with a second search (`training.second_hop.second_hop_rows`; 0:
+            none); the rest show the gold after one search (`visible_rows`).
         seed: of the order in which candidate questions are drawn.
         dtype: what the SFT trainer computes in: `float32` (default) or `bfloat16` (FSDP mixed precision,
             fp32 master weights; `cpu.precision`).
@@ -67,6 +80,7 @@ class ColdStartOptions:
     max_turns: int = 2
     max_obs_tokens: int = 160
     response_length: int = 512
+    second_hop: int = 0
     seed: int = 0
     dtype: Literal["float32", "bfloat16"] = "float32"
 
@@ -79,10 +93,6 @@ class ColdStartOptions:
                     response_length=self.response_length, protocol=self.protocol,
                     end_ids=end_of_sequence_ids(tokenizer, model))
 
-SEARCH_TURN = "<think> I need to look this up. </think>\n<search> {question} </search>"
-ANSWER_TURN = "<think> The passages answer it. </think>\n<answer> {answer} </answer>"
-RESEARCH_SEARCH_TURN = "<think> I need to look this up. </think> <search> {question} </search>"
-RESEARCH_ANSWER_TURN = " <think> The passages answer it. </think> <answer> \\boxed{{{answer}}} </answer>"
 
 
 def _gold_in_passages(row: dict, hits: list) -> bool:
@@ -107,23 +117,6 @@ def answerable_rows(rows: list[dict], retriever, topk: int, limit: int, seed: in
     `retriever`: any `verl_search.retrieval.base.Retriever` (`search(queries, topk)`).
     """
     return [pair for pair in _shuffled_hits(rows, retriever, topk, seed) if _gold_in_passages(*pair)][:limit]
-
-
-def observation_text(ids: list[int], mask: list[int], tokenizer) -> str:
-    """The observation of a trajectory (`trajectory_tokens`) as the model reads it: its tokens with `loss_mask`
-    0 after the first model token, decoded as the agent loop decodes them (`skip_special_tokens=False`)."""
-    first = mask.index(1) if 1 in mask else len(mask)
-    return tokenizer.decode([t for t, m in zip(ids[first:], mask[first:]) if m == 0], skip_special_tokens=False)
-
-
-def gold_visible(row: dict, ids: list[int], mask: list[int], tokenizer) -> bool:
-    """Whether a gold answer of `row` is visible in the observation of its trajectory `(ids, mask)`
-    (`observation_text`; `rewards.qa.answer_in_observation`: whole words, normalised, the frame's own words
-    left out): the check the evaluation reports apply to the agent loop's recorded observations."""
-    from verl_search.rewards.qa import answer_in_observation
-
-    return answer_in_observation(observation_text(ids, mask, tokenizer),
-                                 row["reward_model"]["ground_truth"]["target"])
 
 
 def visible_rows(rows: list[dict], retriever, tokenizer, builder, *, topk: int, limit: int, seed: int,
@@ -164,71 +157,16 @@ def prompt_builder(model: str | os.PathLike, tokenizer):
     return create_continuous_token_builder(tokenizer, hf_model_type=model_type)
 
 
-def trajectory_tokens(row: dict, hits: list, tokenizer, builder, *, max_turns: int, max_obs_tokens: int,
-                      response_length: int, min_tokens_after_observation: int = 64, protocol: str = "search_r1",
-                      end_ids: list[int] | None = None, last_search_notice: bool = False) -> tuple[list[int], list[int]]:
-    """`(input_ids, loss_mask)` of one search-then-answer trajectory (prompt + response), built with the agent
-    loops' own builder (`agent_protocol.trajectory.ResponseTokens`) and observation functions
-    (`tools.formatting.information_tokens`, `agent_protocol.research.passages_result_tokens`).
-
-    Args:
-        row: a verl row of the tag protocol (`prompt`, `extra_info.question`, `reward_model`).
-        hits: the retriever's hits for the question (`Hit`: `.passage.id`, `.passage.contents`).
-        tokenizer, builder: the model's tokenizer and `prompt_builder`.
-        max_turns, max_obs_tokens, response_length, min_tokens_after_observation, last_search_notice: the
-            agent loop's settings (they decide the last-search notice and the observation's length).
-        protocol: `search_r1` (default) or `research` (see the module docstring).
-        end_ids: `research`: the model's end-of-sequence token ids (`llm.models.end_of_sequence_ids`;
-            the first ends the answer turn).
-
-    Returns two lists of equal length; `loss_mask` is 1 on the two model turns only.
-
-    Raises:
-        ValueError: `max_turns` is 0 (the protocol allows no search).
-    """
-    from verl_search.agent_protocol.trajectory import ResponseTokens
-    from verl_search.agent_protocol.vocabulary import LAST_SEARCH_NOTICE
-    from verl_search.tools.formatting import information_tokens
-
-    if max_turns < 1:
-        raise ValueError(f"max_turns={max_turns}: a search-then-answer trajectory needs max_turns >= 1")
-
-    def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False)
-
-    prompt = list(builder.build_initial_tokens([dict(m) for m in row["prompt"]]))
-    question = row["extra_info"]["question"].strip()
-    gold = row["reward_model"]["ground_truth"]["target"][0]
-    documents = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
-    response = ResponseTokens(response_length)
-    if protocol == "research":
-        from verl_search.agent_protocol import research
-
-        # ReSearchAgentLoop: no room kept after a result (its min_tokens_after_observation is 0)
-        response.add_model_turn(encode(RESEARCH_SEARCH_TURN.format(question=question)))
-        response.add_observation(research.passages_result_tokens(documents, encode,
-                                                                 response.observation_budget(max_obs_tokens))[0])
-        end = (end_ids or [tokenizer.eos_token_id])[:1]
-        response.add_model_turn(encode(RESEARCH_ANSWER_TURN.format(answer=gold)) + end)
-    else:
-        notice = LAST_SEARCH_NOTICE if max_turns == 1 and last_search_notice else ""
-        response.add_model_turn(encode(SEARCH_TURN.format(question=question)))
-        budget = response.observation_budget(max_obs_tokens, min_tokens_after_observation)
-        response.add_observation(information_tokens(question, documents, encode, budget, notice)[0])
-        response.add_model_turn(encode(ANSWER_TURN.format(answer=gold)))
-    return prompt + response.response_ids, [0] * len(prompt) + response.mask
-
-
-def write_trajectories(chosen: list[tuple[dict, list]], tokenizer, builder, path: Path,
-                       **settings) -> tuple[int, int]:
-    """Write the trajectories of `chosen` to a parquet (`input_ids`, `loss_mask`, `question`, `gold_visible`)
+def write_trajectories(chosen: list[tuple], tokenizer, builder, path: Path, **settings) -> tuple[int, int]:
+    """Write the trajectories of `chosen` (`(row, hits)`, or `(row, hits, (query, second_hits))` with a second
+    search) to a parquet (`input_ids`, `loss_mask`, `question`, `gold_visible`)
     for `SearchTrajectoryDataset`; return `(longest trajectory in tokens, trajectories whose gold is visible in
     their observation)` (`gold_visible`, on the tokens written). `settings`: see `trajectory_tokens`."""
     from verl_search.datasets.preprocess import write_parquet
 
     records = []
-    for row, hits in chosen:
-        ids, mask = trajectory_tokens(row, hits, tokenizer, builder, **settings)
+    for row, hits, *second in chosen:  # a second search's `(query, hits)` follows the hits (`training.second_hop`)
+        ids, mask = trajectory_tokens(row, hits, tokenizer, builder, second=second[0] if second else None, **settings)
         records.append({"input_ids": ids, "loss_mask": mask, "question": row["extra_info"]["question"],
                         "gold_visible": gold_visible(row, ids, mask, tokenizer)})
     write_parquet(records, path)
@@ -351,8 +289,10 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
 
     Writes `out/trajectories.parquet`, `out/sft.log`, `out/metrics.jsonl` (verl's file logger),
     `out/ckpt/` (verl's checkpoints) and `out/cold_start.json` (examples, `gold_visible`: trajectories whose gold
-    is visible in their observation, recounted on the tokens written; `selection`: `visible_rows`' counts; steps,
-    losses, questions).
+    is visible in their observation, recounted on the tokens written; `selection`: `visible_rows`' counts, its
+    `visible` all trajectories; `second_hop`: `second_hop_rows`' counts with `options.second_hop`, else None;
+    steps, losses, questions). With `options.second_hop`, that many of the trajectories search twice
+    (`training.second_hop`), the rest once, shuffled together.
 
     Raises:
         ValueError: fewer qualifying training questions than one batch.
@@ -368,11 +308,21 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
     tokenizer = AutoTokenizer.from_pretrained(model)
     builder = prompt_builder(model, tokenizer)
     settings = options.trajectory_settings(tokenizer, model)
-    chosen, counts = visible_rows(read_rows(train_file), resolve_index(index).load(), tokenizer, builder,
-                                  topk=options.topk, limit=options.examples, seed=options.seed, **settings)
+    rows, retriever = read_rows(train_file), resolve_index(index).load()
+    chosen, counts = visible_rows(rows, retriever, tokenizer, builder, topk=options.topk,
+                                  limit=options.examples - options.second_hop, seed=options.seed, **settings)
     logger.info("cold start: %d trajectories whose gold is visible in the %d-token observation, from %d candidate "
                 "questions examined (%d with the gold in the full top-%d passages, the rest cut off or absent)",
                 counts["visible"], options.max_obs_tokens, counts["candidates"], counts["in_top_k"], options.topk)
+    second_counts = None
+    if options.second_hop:
+        from verl_search.training.second_hop import second_hop_rows
+
+        second, second_counts = second_hop_rows(rows, retriever, tokenizer, builder, topk=options.topk,
+                                                limit=options.second_hop, seed=options.seed, **settings)
+        chosen = chosen + second  # disjoint: a second-hop question's first search does not show its gold
+        random.Random(options.seed).shuffle(chosen)  # both kinds in every SFT batch
+        counts = {**counts, "visible": len(chosen)}
     if counts["visible"] < options.examples:
         logger.warning("cold start: only %d of the %d training questions have their gold visible in the "
                        "observation: %d trajectories instead of --sft-examples %d", counts["visible"], counts["rows"],
@@ -389,8 +339,8 @@ def run_cold_start(model: str, index: Path, train_file: Path, out: Path, options
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(folder, target)
     summary = {"examples": len(chosen), "gold_visible": visible, "max_obs_tokens": options.max_obs_tokens,
-               "selection": counts, "steps": steps, "batch_size": options.batch_size, "lr": options.lr,
-               "dtype": options.dtype, "losses": sft_losses(metrics),
-               "questions": [row["extra_info"]["question"] for row, _ in chosen]}
+               "selection": counts, "second_hop": second_counts, "steps": steps, "batch_size": options.batch_size,
+               "lr": options.lr, "dtype": options.dtype, "losses": sft_losses(metrics),
+               "questions": [row["extra_info"]["question"] for row, *_ in chosen]}
     (out / "cold_start.json").write_text(json.dumps(summary, indent=1))
     return target
