@@ -87,8 +87,7 @@ class Quickstart:
         if o.sft_examples:
             stages += [Stage("cold_start", ("model", "sft_examples", "sft_epochs", "sft_batch_size", "sft_lr", "seed",
                                             "dtype", "sft_second_hop", *PROTOCOL_KEYS), ("index", "data"),
-                             self.cold_start,
-                             self.out / "cold_start" / "ckpt")]
+                             self.cold_start, self.out / "cold_start" / "ckpt")]
             trained.append("cold_start")
         frontier = ("frontier",) if o.grpo_steps and o.frontier_questions else ()
         if frontier:

@@ -94,7 +94,6 @@ class ColdStartOptions:
                     end_ids=end_of_sequence_ids(tokenizer, model))
 
 
-
 def _gold_in_passages(row: dict, hits: list) -> bool:
     from verl_search.rewards.qa import normalize_answer
 
