@@ -17,6 +17,7 @@ Without `--index`, the BM25 index of the packaged mini-wiki corpus is built in a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import tempfile
@@ -56,22 +57,28 @@ def headroom(records: list[dict], replay: dict, retriever, topk: int) -> dict:
     return counts
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", type=Path, default=None, help="the study's BM25 index (default: built here)")
-    args = parser.parse_args()
+@contextlib.contextmanager
+def mini_wiki_retriever(index: Path | None):
+    """The study's BM25 retriever over the packaged mini-wiki corpus: `index` loaded, or (None) built first in a
+    temporary folder as the study's `index` stage builds it, removed on exit."""
     from verl_search.retrieval.loader import resolve_index
 
-    options = json.loads((summary.FIRST / "report.json").read_text())["meta"]["options"]
     with tempfile.TemporaryDirectory() as tmp:
-        index = args.index
         if index is None:
             from verl_search.quickstart.data import corpus_path
             from verl_search.retrieval.index_builder import BuildOptions, build_index
 
             index = Path(tmp) / "index"
             build_index(corpus_path(), index, BuildOptions(retriever="bm25", overwrite=True))
-        retriever = resolve_index(index).load()
+        yield resolve_index(index).load()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", type=Path, default=None, help="the study's BM25 index (default: built here)")
+    args = parser.parse_args()
+    options = json.loads((summary.FIRST / "report.json").read_text())["meta"]["options"]
+    with mini_wiki_retriever(args.index) as retriever:
         folders = {"cold_start": summary.FIRST / "eval" / "cold_start", **summary.MODELS, **summary.CONTROLS}
         records = {name: list(summary.records(folder).values()) for name, folder in folders.items()}
         replays = {name: gold_in_top_k(rows, retriever, options["topk"]) for name, rows in records.items()}

@@ -14,8 +14,8 @@ builds it (about 10 s).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import tempfile
 from pathlib import Path
 
 from verl_search.report.compare import paired
@@ -25,6 +25,10 @@ from verl_search.report.records import read_trajectories
 from verl_search.rewards.qa import answer_in_observation
 
 HERE = Path(__file__).parent
+_FAILS = importlib.util.spec_from_file_location("where_it_fails",
+                                                HERE.parent / "learning_run_repeats" / "where_it_fails.py")
+where_it_fails = importlib.util.module_from_spec(_FAILS)
+_FAILS.loader.exec_module(where_it_fails)
 FIRST = HERE.parent / "learning_run"
 MODELS = {"learning_run's cold start (96 one-search)": FIRST / "eval" / "cold_start",
           "cold start (64 one-search + 32 second-search)": HERE / "eval" / "cold_start",
@@ -54,26 +58,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", type=Path, default=None, help="the study's BM25 index (default: built here)")
     args = parser.parse_args()
-    from verl_search.retrieval.loader import resolve_index
     from verl_search.training.second_hop import corpus_titles
 
     records = {name: list(read_trajectories(folder / "trajectories.jsonl").values()) for name, folder in MODELS.items()}
-    with tempfile.TemporaryDirectory() as tmp:
-        index = args.index
-        if index is None:
-            from verl_search.quickstart.data import corpus_path
-            from verl_search.retrieval.index_builder import BuildOptions, build_index
-
-            index = Path(tmp) / "index"
-            build_index(corpus_path(), index, BuildOptions(retriever="bm25", overwrite=True))
-        retriever = resolve_index(index).load()
+    with where_it_fails.mini_wiki_retriever(args.index) as retriever:
         replays = {name: gold_in_top_k(rows, retriever, 3) for name, rows in records.items()}
         titles = corpus_titles(retriever)
     kept = {name: json.loads((folder / "gold_in_top_k.json").read_text())["questions"]
             for name, folder in MODELS.items() if (folder / "gold_in_top_k.json").is_file()}
     differ = [name for name in kept if replays[name]["questions"] != kept[name]]
     if differ:
-        raise RuntimeError(f"the replay on {index} differs from the kept gold_in_top_k.json of {differ}: another index")
+        raise RuntimeError(f"the replay on {args.index or 'the built index'} differs from the kept gold_in_top_k.json of {differ}: another index")
     names = list(MODELS)
     one, two = names[0], names[1]
     print("# The second-search cold start against the one-search one, and what GRPO did with it\n")

@@ -97,17 +97,17 @@ def write_grpo_questions(train_file: Path, index: Path, model: str, exclude: Pat
     rows = [row for row in read_rows(train_file) if row["extra_info"]["question"] not in trained]
     tokenizer = AutoTokenizer.from_pretrained(model)
     retriever, builder = resolve_index(index).load(), prompt_builder(model, tokenizer)
+    trajectory = settings.trajectory_settings(tokenizer, model)
     two = round(limit * settings.second_hop / settings.examples) if settings.second_hop else 0
     chosen, counts = visible_rows(rows, retriever, tokenizer, builder, topk=settings.topk, limit=limit - two,
-                                  seed=settings.seed + 1, **settings.trajectory_settings(tokenizer, model))
+                                  seed=settings.seed + 1, **trajectory)
     if two:  # as many second-search questions as in the cold start, in proportion
         import random
 
         from verl_search.training.second_hop import second_hop_rows
 
         second, counts["second_hop"] = second_hop_rows(rows, retriever, tokenizer, builder, topk=settings.topk,
-                                                       limit=two, seed=settings.seed + 1,
-                                                       **settings.trajectory_settings(tokenizer, model))
+                                                       limit=two, seed=settings.seed + 1, **trajectory)
         chosen = chosen + second
         random.Random(settings.seed + 1).shuffle(chosen)
     if not chosen:
